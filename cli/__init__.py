@@ -1,0 +1,1 @@
+"""embedpipe.cli."""

@@ -1,0 +1,96 @@
+"""Packed (ragged) batches and the bucket policy that pads them to graph keys."""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True)
+class BucketPolicy:
+    """Pads a batch's token and sequence counts to a small set of sizes.
+
+    The pair (padded tokens, padded sequences) is the CUDA-graph key. Token counts go up to a
+    multiple of `small_token_step` while the batch holds at most `large_token_threshold` tokens,
+    and to a multiple of `large_token_step` above it. Sequence counts (real sequences plus one
+    padding sequence that owns the padding tokens) go up to the next entry of `seq_buckets`.
+    """
+
+    small_token_step: int = 64
+    large_token_step: int = 256
+    large_token_threshold: int = 2048
+    seq_buckets: tuple[int, ...] = (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+
+    def __post_init__(self):
+        if self.small_token_step <= 0 or self.large_token_step % self.small_token_step:
+            raise ValueError("large_token_step must be a positive multiple of small_token_step")
+        if self.large_token_threshold % self.large_token_step:
+            raise ValueError("large_token_threshold must be a multiple of large_token_step")
+        if list(self.seq_buckets) != sorted(set(self.seq_buckets)) or self.seq_buckets[0] < 2:
+            raise ValueError("seq_buckets must be increasing and start at 2 or more")
+
+    def pad_tokens(self, num_tokens: int) -> int:
+        step = self.small_token_step if num_tokens <= self.large_token_threshold else self.large_token_step
+        return max(step, -(-num_tokens // step) * step)
+
+    def pad_seqs(self, num_seqs: int) -> int:
+        """Sequence slots for `num_seqs` real sequences plus the padding sequence."""
+        needed = num_seqs + 1
+        i = bisect.bisect_left(self.seq_buckets, needed)
+        return self.seq_buckets[i] if i < len(self.seq_buckets) else needed
+
+    @property
+    def max_seqs(self) -> int:
+        """The most real sequences a bucketed batch can hold."""
+        return self.seq_buckets[-1] - 1
+
+
+@dataclass
+class Batch:
+    """A packed batch: sequences laid end to end, padded to a bucket.
+
+    input_ids:  [num_tokens_padded] int64; tokens of sequence i are
+                input_ids[cu_seqlens[i]:cu_seqlens[i+1]].
+    cu_seqlens: [num_seqs_padded + 1] int32. Slot num_seqs is the padding sequence: it owns
+                every padding token; later slots are empty.
+    num_seqs:   real sequences (the first num_seqs slots).
+    """
+
+    input_ids: torch.Tensor
+    cu_seqlens: torch.Tensor
+    num_seqs: int
+    num_tokens: int  # real tokens
+    tags: list = field(default_factory=list)  # caller's per-sequence bookkeeping, untouched here
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return int(self.input_ids.shape[0]), int(self.cu_seqlens.shape[0] - 1)
+
+    @property
+    def num_padding_tokens(self) -> int:
+        return int(self.input_ids.shape[0]) - self.num_tokens
+
+
+def pack(sequences: Sequence[Sequence[int]], policy: BucketPolicy | None = None, pad_token_id: int = 0,
+         tags: list | None = None) -> Batch:
+    """Lay token-id sequences end to end; with a policy, pad to its buckets."""
+    if not sequences:
+        raise ValueError("cannot pack an empty batch")
+    lengths = np.fromiter((len(s) for s in sequences), dtype=np.int64, count=len(sequences))
+    if (lengths == 0).any():
+        raise ValueError("cannot pack an empty sequence")
+    num_tokens = int(lengths.sum())
+    num_seqs = len(sequences)
+    if policy is None:
+        padded_tokens, padded_seqs = num_tokens, num_seqs
+    else:
+        padded_tokens, padded_seqs = policy.pad_tokens(num_tokens), policy.pad_seqs(num_seqs)
+    ids = np.full(padded_tokens, pad_token_id, dtype=np.int64)
+    ids[:num_tokens] = np.concatenate([np.asarray(s, dtype=np.int64) for s in sequences])
+    cu = np.full(padded_seqs + 1, padded_tokens, dtype=np.int32)
+    cu[0] = 0
+    cu[1:num_seqs + 1] = np.cumsum(lengths)
+    return Batch(torch.from_numpy(ids), torch.from_numpy(cu), num_seqs, num_tokens, list(tags or []))

@@ -1,0 +1,110 @@
+"""Ragged attention on CUDA: FlashInfer's ragged prefill (no KV cache) and PyTorch's flash varlen.
+
+Both take the packed q/k/v of a batch and the batch's cu_seqlens; the padding sequence owns the
+padding rows, so every row belongs to a sequence and no real row sees a padding row.
+"""
+from __future__ import annotations
+
+import torch
+
+from .attention import AttentionBackend, AttentionSpec, TorchRaggedAttention
+
+FLASHINFER_HEAD_DIMS = (64, 128, 256)  # head_dim 32 fails in FlashInfer's prefill kernels
+MIN_WORKSPACE_BYTES = 128 << 20
+SPLIT_KV_BYTES_PER_VALUE = 8  # graph-mode plans split the KV: ~6 bytes of scratch per output value, measured
+
+
+class FlashInferAttention(AttentionBackend):
+    """FlashInfer BatchPrefillWithRaggedKVCacheWrapper, NHD layout, one wrapper per graph key.
+
+    A graph captures its wrapper's buffers, so each key keeps its own wrapper (`use_cuda_graph`);
+    eager batches share one more. `plan()` writes a pinned host buffer that an async copy reads:
+    before a wrapper is planned again, the copy of its previous plan must have run (an event).
+    """
+
+    def __init__(self, spec: AttentionSpec, device: torch.device, dtype: torch.dtype, backend: str = "fa2",
+                 max_tokens: int = 16384):
+        import flashinfer
+
+        super().__init__(spec)
+        if spec.head_dim not in FLASHINFER_HEAD_DIMS:
+            raise ValueError(f"FlashInfer prefill supports head_dim {FLASHINFER_HEAD_DIMS}, not {spec.head_dim}")
+        self._flashinfer = flashinfer
+        self.device, self.dtype, self.backend = device, dtype, backend
+        scratch = SPLIT_KV_BYTES_PER_VALUE * max_tokens * spec.num_heads * spec.head_dim
+        self._workspace = torch.empty(max(MIN_WORKSPACE_BYTES, scratch), dtype=torch.uint8, device=device)
+        self._wrappers: dict = {}  # graph key or None (eager) -> (wrapper, event of its last plan)
+        self._current = None
+
+    def _wrapper(self, key):
+        if key not in self._wrappers:
+            num_slots = None if key is None else key[1]
+            kwargs = {}
+            if num_slots is not None:
+                kwargs = dict(use_cuda_graph=True,
+                              qo_indptr_buf=torch.empty(num_slots + 1, dtype=torch.int32, device=self.device),
+                              kv_indptr_buf=torch.empty(num_slots + 1, dtype=torch.int32, device=self.device))
+            wrapper = self._flashinfer.BatchPrefillWithRaggedKVCacheWrapper(
+                self._workspace, "NHD", backend=self.backend, **kwargs)
+            self._wrappers[key] = [wrapper, None]
+        return self._wrappers[key]
+
+    def plan(self, cu_seqlens: torch.Tensor, num_seqs: int, graph_key=None, device_cu_seqlens=None) -> None:
+        entry = self._wrapper(graph_key)
+        if entry[1] is not None:
+            entry[1].synchronize()  # the previous plan's pinned buffer has been copied to the device
+        spec = self.spec
+        entry[0].plan(cu_seqlens, cu_seqlens, spec.num_heads, spec.num_kv_heads, spec.head_dim,
+                      causal=spec.causal, sm_scale=spec.scale, q_data_type=self.dtype, kv_data_type=self.dtype)
+        entry[1] = torch.cuda.Event()
+        entry[1].record()
+        self._current = entry[0]
+
+    def forward(self, q, k, v):
+        return self._current.run(q, k, v)
+
+
+class TorchVarlenAttention(AttentionBackend):
+    """PyTorch's flash-attention varlen kernel (aten._flash_attention_forward): any head_dim <= 256.
+
+    It reads cu_seqlens from the device; `max_seqlen` bounds the longest sequence (the padding
+    sequence included) and is baked into a captured graph.
+    """
+
+    def __init__(self, spec: AttentionSpec, max_seqlen: int):
+        super().__init__(spec)
+        self.max_seqlen = max_seqlen
+        self._cu_seqlens = None
+        self._max_q = max_seqlen
+
+    def plan(self, cu_seqlens: torch.Tensor, num_seqs: int, graph_key=None, device_cu_seqlens=None) -> None:
+        longest = int((cu_seqlens[1:] - cu_seqlens[:-1]).max())
+        if longest > self.max_seqlen:
+            raise ValueError(f"a sequence of {longest} tokens is longer than the model's {self.max_seqlen} positions")
+        # a graph keeps the max_q it was captured with: use the bound every batch of its key meets
+        self._max_q = min(int(cu_seqlens[-1]), self.max_seqlen) if graph_key is not None else longest
+        self._cu_seqlens = device_cu_seqlens
+
+    def forward(self, q, k, v):
+        out = torch.ops.aten._flash_attention_forward(
+            q, k, v, self._cu_seqlens, self._cu_seqlens, self._max_q, self._max_q, 0.0,
+            self.spec.causal, False, scale=self.spec.scale)
+        return out[0]
+
+
+def make_cuda_attention(name: str, spec: AttentionSpec, device: torch.device, dtype: torch.dtype,
+                        max_seqlen: int, max_graph_tokens: int) -> AttentionBackend:
+    """name: auto | flashinfer | fa2 | fa3 | torch-varlen | torch.
+
+    auto: FlashInfer fa2 where it runs the head_dim, else PyTorch's flash varlen; float32 (which
+    neither flash kernel runs) takes the exact per-sequence SDPA backend, without CUDA graphs.
+    """
+    if dtype == torch.float32 or name == "torch":
+        return TorchRaggedAttention(spec)
+    if name == "auto":
+        name = "fa2" if spec.head_dim in FLASHINFER_HEAD_DIMS else "torch-varlen"
+    if name in ("flashinfer", "fa2", "fa3"):
+        return FlashInferAttention(spec, device, dtype, "fa2" if name == "flashinfer" else name, max_graph_tokens)
+    if name == "torch-varlen":
+        return TorchVarlenAttention(spec, max_seqlen)
+    raise ValueError(f"unknown attention backend {name!r}; choose auto, flashinfer, fa2, fa3 or torch-varlen")

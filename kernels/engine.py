@@ -1,0 +1,114 @@
+"""The engine: a model, an attention backend and a pooler behind `step(batch) -> LazyTensor`."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from .attention import TorchRaggedAttention
+from .batch import Batch
+from .graph_cache import GraphConfig, GraphCounters
+from .lazy_tensor import LazyTensor
+from .loader import attention_spec, load_model
+from .model_folder import read_model_folder
+from .pooling import OUTPUT_DTYPES, OutputSpec, Pooler
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+ATTENTION_BACKENDS = ("auto", "flashinfer", "fa2", "fa3", "torch-varlen", "torch")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    model: str = "minilm"  # short name or local folder
+    device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:N"
+    dtype: str | None = None  # weights and activations; None: bfloat16 on CUDA, float32 on CPU
+    pooling: str | None = None  # None: from the model's sentence-transformers config
+    normalize: bool | None = None  # None: from the model (a Normalize module)
+    dim: int | None = None  # Matryoshka truncation; None: the full hidden size
+    output_dtype: str = "float32"  # float32 | float16 | int8 | binary
+    attention: str = "auto"  # CUDA attention backend (the CPU always runs exact per-sequence SDPA)
+    graphs: GraphConfig = field(default_factory=GraphConfig)
+
+    def __post_init__(self):
+        if self.dtype is not None and self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, not {self.dtype!r}")
+        if self.output_dtype not in OUTPUT_DTYPES:
+            raise ValueError(f"output dtype must be one of {', '.join(OUTPUT_DTYPES)}, not {self.output_dtype!r}")
+        if self.dim is not None and self.dim <= 0:
+            raise ValueError(f"dim must be positive, not {self.dim}")
+        if self.attention not in ATTENTION_BACKENDS:
+            raise ValueError(f"attention must be one of {', '.join(ATTENTION_BACKENDS)}, not {self.attention!r}")
+
+    def torch_device(self) -> torch.device:
+        if self.device == "auto":
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return torch.device(self.device)
+
+    def torch_dtype(self, device: torch.device) -> torch.dtype:
+        if self.dtype is not None:
+            return DTYPES[self.dtype]
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+
+
+def host_inputs(batch: Batch) -> tuple[np.ndarray, np.ndarray]:
+    """positions [num_tokens_padded] (restarting at 0 in every sequence) and seq_ids [num_tokens_padded]."""
+    cu = batch.cu_seqlens.numpy()
+    seq_ids = np.repeat(np.arange(len(cu) - 1, dtype=np.int32), np.diff(cu))
+    positions = np.arange(len(seq_ids), dtype=np.int32) - cu[seq_ids]
+    return positions, seq_ids
+
+
+class Engine:
+    """Runs packed batches through the model: `step(batch)` returns a LazyTensor at once."""
+
+    def __init__(self, config: EngineConfig = EngineConfig()):
+        self.config = config
+        self.folder = read_model_folder(config.model, config.pooling)
+        self.device = config.torch_device()
+        self.dtype = config.torch_dtype(self.device)
+        self.output = self._output_spec()
+        self.attn = self._attention()
+        self.model = load_model(self.folder, self.attn, self.device, self.dtype)
+        self.pooler = Pooler(self.output).to(self.device)
+        self.runner = None
+        if self.device.type == "cuda":
+            from .cuda_runner import CudaRunner
+            self.runner = CudaRunner(self.forward, self.attn, self.device, config.graphs,
+                                     self.output.torch_dtype, self.output.width)
+
+    def _output_spec(self) -> OutputSpec:
+        hidden, cfg = self.folder.hidden_size, self.config
+        if cfg.dim is not None and cfg.dim > hidden:
+            raise ValueError(f"dim {cfg.dim} is larger than the model's hidden size {hidden}")
+        normalize = self.folder.normalize if cfg.normalize is None else cfg.normalize
+        return OutputSpec(self.folder.pooling, normalize, cfg.dim or hidden, cfg.output_dtype)
+
+    def _attention(self):
+        spec = attention_spec(self.folder)
+        if self.device.type != "cuda":
+            return TorchRaggedAttention(spec)
+        from .cuda_attention import make_cuda_attention
+        # no sequence is longer than the position table; the padding sequence, than a large bucket step
+        max_seqlen = max(int(self.folder.config.get("max_position_embeddings", self.folder.max_seq_length)), 256)
+        return make_cuda_attention(self.config.attention, spec, self.device, self.dtype, max_seqlen,
+                                   self.config.graphs.max_graph_tokens)
+
+    @property
+    def counters(self) -> GraphCounters:
+        return self.runner.counters if self.runner is not None else GraphCounters()
+
+    def forward(self, input_ids, positions, seq_ids, cu_seqlens) -> torch.Tensor:
+        """All [num_tokens_padded] / [num_seqs_padded + 1] on the device -> [num_seqs_padded, output.width]."""
+        hidden = self.model(input_ids, positions)
+        return self.pooler(hidden, cu_seqlens, seq_ids)
+
+    @torch.inference_mode()
+    def step(self, batch: Batch) -> LazyTensor:
+        """Embeds one packed batch; the handle's result() is [batch.num_seqs, output.width]."""
+        positions, seq_ids = host_inputs(batch)
+        if self.runner is not None:
+            return self.runner.step(batch, positions, seq_ids)
+        self.attn.plan(batch.cu_seqlens, batch.num_seqs)
+        out = self.forward(batch.input_ids, torch.from_numpy(positions), torch.from_numpy(seq_ids), batch.cu_seqlens)
+        return LazyTensor(out[: batch.num_seqs])

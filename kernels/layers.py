@@ -1,0 +1,89 @@
+"""Layers shared by the model families. Activations are [num_tokens, ...]: no batch dimension."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+ACTIVATIONS = {
+    "gelu": F.gelu,  # exact erf form
+    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu_fast": lambda x: F.gelu(x, approximate="tanh"),
+    "relu": F.relu,
+    "silu": F.silu,
+}
+
+
+def activation(name: str):
+    if name not in ACTIVATIONS:
+        raise ValueError(f"unsupported hidden_act {name!r}; supported: {', '.join(ACTIVATIONS)}")
+    return ACTIVATIONS[name]
+
+
+class PackedLinear(nn.Linear):
+    """One matmul for several checkpoint projections (q/k/v, gate/up), stacked on the output dim.
+
+    `shards` maps each checkpoint name to (offset, size) rows of the fused weight; the loader
+    copies each checkpoint tensor into its rows.
+    """
+
+    def __init__(self, in_features: int, shard_sizes: dict[str, int], bias: bool):
+        super().__init__(in_features, sum(shard_sizes.values()), bias=bias)
+        offsets, start = {}, 0
+        for name, size in shard_sizes.items():
+            offsets[name] = (start, size)
+            start += size
+        self.shards = offsets
+
+
+class LayerNorm(nn.LayerNorm):
+    """LayerNorm; torch accumulates its statistics in float32 for half inputs on CPU and CUDA."""
+
+
+class RMSNorm(nn.Module):
+    """Qwen3 RMSNorm: statistics in float32, cast back, then scale (the transformers order)."""
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
+
+
+class RotaryEmbedding(nn.Module):
+    """Rotate-half RoPE; cos/sin tables computed in float32 once, for max_positions positions."""
+
+    def __init__(self, head_dim: int, max_positions: int, theta: float):
+        super().__init__()
+        self.head_dim, self.max_positions, self.theta = head_dim, max_positions, theta
+        self.register_buffer("cos", torch.empty(max_positions, head_dim), persistent=False)
+        self.register_buffer("sin", torch.empty(max_positions, head_dim), persistent=False)
+        if self.cos.device.type != "meta":
+            self.rebuild_buffers()
+
+    def rebuild_buffers(self) -> None:
+        inv_freq = 1.0 / self.theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.float32) / self.head_dim)
+        freqs = torch.outer(torch.arange(self.max_positions, dtype=torch.float32), inv_freq)
+        emb = torch.cat([freqs, freqs], dim=-1)  # [max_positions, head_dim]
+        self.cos = emb.cos().to(self.cos.device)
+        self.sin = emb.sin().to(self.sin.device)
+
+    def forward(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin: [num_tokens, 1, head_dim] for positions [num_tokens]."""
+        return self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)
+
+
+def apply_rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+    """q: [num_tokens, num_heads, head_dim], k: [num_tokens, num_kv_heads, head_dim]."""
+    cos, sin = cos.to(q.dtype), sin.to(q.dtype)
+    return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat([-x[..., half:], x[..., :half]], dim=-1)

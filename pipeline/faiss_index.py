@@ -1,0 +1,234 @@
+"""FAISS index over the completed units of one or more output folders: build and search."""
+from __future__ import annotations
+
+import json
+import re
+from importlib.metadata import version
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from embedpipe.pipeline.manifest import completed_units, write_json_atomic
+from embedpipe.pipeline.sinks import EMBEDDING_TYPES, AtomicParquetWriter, commit_file, temporary_path
+
+TRAIN_SEED = 0
+READ_BATCH_ROWS = 16384
+DEFAULT_NPROBE = 16
+
+
+class DuplicateIdError(ValueError):
+    """The same id occurs in more than one row of the indexed embeddings."""
+
+
+def build_index(output_dirs: list[Path], index_dir: Path, factory: str = "Flat",
+                normalized: bool = True, train_size: int = 100_000, extra_meta: dict | None = None,
+                allow_duplicates: bool = False) -> dict:
+    """Indexes every completed unit (unit_id order, then row order) as FAISS ids 0..N-1.
+
+    Writes index.faiss, index_ids.parquet (row i: id and kept columns of FAISS id i) and
+    index.json (returned) into `index_dir`, each atomically. Metric: inner product, on
+    L2-normalised vectors ("cosine") when `normalized` is False; Hamming for "binary" embeddings.
+    """
+    files = _embedding_files(output_dirs)
+    schema = _common_schema(files)
+    vector_type = schema.field("embedding").type
+    binary = vector_type.value_type == pa.uint8()
+    cosine = not binary and not normalized
+    index, used_factory = _new_index(factory, vector_type.list_size, binary)
+    index_dir = Path(index_dir)
+    ids_schema = schema.remove(schema.get_field_index("embedding"))
+    with AtomicParquetWriter(index_dir / "index_ids.parquet", ids_schema) as ids_file:
+        num_rows = _copy_ids(files, ids_file, allow_duplicates)
+        if not index.is_trained:
+            _train(index, _training_sample(files, num_rows, train_size, binary, cosine), used_factory)
+        for vectors in _iter_vectors(files, binary, cosine):
+            index.add(vectors)
+        _write_faiss(index, index_dir / "index.faiss", binary)
+    meta = {**(extra_meta or {}), "factory": used_factory, "dimension": index.d,
+            "metric": "hamming" if binary else "cosine" if cosine else "inner_product",
+            "dtype": _dtype_name(vector_type.value_type), "normalized": normalized,
+            "num_rows": index.ntotal, "id_column": ids_schema.names[0],
+            "embedpipe_version": version("embedpipe")}
+    write_json_atomic(index_dir / "index.json", meta)
+    return meta
+
+
+def _embedding_files(output_dirs: list[Path]) -> list[Path]:
+    """Embeddings files of completed units, in unit_id order."""
+    found = sorted((unit_id, Path(output_dir) / "embeddings" / record["file_name"])
+                   for output_dir in output_dirs
+                   for unit_id, record in completed_units(output_dir).items())
+    if not found:
+        raise ValueError(f"no completed units in {[str(d) for d in output_dirs]}")
+    return [path for _, path in found]
+
+
+def _common_schema(files: list[Path]) -> pa.Schema:
+    schema = pq.read_schema(files[0])
+    for path in files[1:]:
+        other = pq.read_schema(path)
+        if not other.equals(schema):
+            raise ValueError(f"{path} has columns {other} but {files[0]} has {schema}; "
+                             "only outputs of the same model and columns can share an index")
+    return schema
+
+
+def _dtype_name(value_type: pa.DataType) -> str:
+    names = [name for name, arrow_type in EMBEDDING_TYPES.items() if arrow_type == value_type]
+    if not names:
+        raise ValueError(f"unsupported embedding value type {value_type}")
+    return names[0]
+
+
+def _new_index(factory: str, dim: int, binary: bool):
+    """(empty index, factory string used); binary indexes get the "B" form of the factory."""
+    import faiss
+
+    used_factory = _binary_factory(factory) if binary else factory
+    try:
+        if binary:
+            return faiss.index_binary_factory(dim * 8, used_factory), used_factory
+        return faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT), used_factory
+    except RuntimeError as error:
+        raise ValueError(f"FAISS rejected the index factory {used_factory!r}: {error}") from error
+
+
+def _binary_factory(factory: str) -> str:
+    """"Flat" -> "BFlat", "IVF1024,Flat" -> "BIVF1024", "HNSW32" -> "BHNSW32"; others unchanged."""
+    match = re.fullmatch(r"(Flat|IVF\d+|HNSW\d+)(,Flat)?", factory)
+    return "B" + match.group(1) if match else factory
+
+
+def _copy_ids(files: list[Path], ids_file: AtomicParquetWriter, allow_duplicates: bool) -> int:
+    """Copies the non-embedding columns to `ids_file`; returns the row count."""
+    id_chunks = []
+    for path in files:
+        table = pq.read_table(path, columns=ids_file.schema.names)
+        for batch in table.to_batches():
+            ids_file.write_batch(batch.columns)
+        id_chunks.append(table.column(0).combine_chunks())
+    if not allow_duplicates:
+        _check_unique(id_chunks, files)
+    return sum(len(chunk) for chunk in id_chunks)
+
+
+def _check_unique(id_chunks: list[pa.Array], files: list[Path]) -> None:
+    counts = pc.value_counts(pa.chunked_array(id_chunks, type=id_chunks[0].type))
+    repeated = counts.filter(pc.greater(counts.field("counts"), 1)).field("values")
+    if len(repeated):
+        first = repeated[0]
+        holders = [str(path) for path, chunk in zip(files, id_chunks)
+                   if pc.any(pc.equal(chunk, first)).as_py()]
+        raise DuplicateIdError(f"id {first.as_py()!r} occurs more than once, in {holders} "
+                               f"({len(repeated)} repeated ids in total); pass allow_duplicates "
+                               "to index them anyway")
+
+
+def _iter_vectors(files: list[Path], binary: bool, cosine: bool) -> Iterator[np.ndarray]:
+    for path in files:
+        for batch in pq.ParquetFile(path).iter_batches(READ_BATCH_ROWS, columns=["embedding"]):
+            vectors = batch.column(0)
+            values = vectors.flatten().to_numpy().reshape(-1, vectors.type.list_size)
+            yield _prepare(values, binary, cosine)
+
+
+def _prepare(values: np.ndarray, binary: bool, cosine: bool) -> np.ndarray:
+    """FAISS input: contiguous uint8 codes, or float32 (L2-normalised for cosine)."""
+    if binary:
+        return np.ascontiguousarray(values, dtype=np.uint8)
+    vectors = np.array(values, dtype=np.float32, order="C")  # a writable copy
+    if cosine:
+        import faiss
+
+        faiss.normalize_L2(vectors)
+    return vectors
+
+
+def _training_sample(files: list[Path], num_rows: int, train_size: int, binary: bool,
+                     cosine: bool) -> np.ndarray:
+    """Up to `train_size` vectors picked with a fixed seed, gathered in one streaming pass."""
+    if not num_rows:
+        raise ValueError("the index needs training but the completed units hold no rows")
+    rng = np.random.default_rng(TRAIN_SEED)
+    chosen = np.sort(rng.choice(num_rows, size=min(train_size, num_rows), replace=False))
+    parts, offset = [], 0
+    for vectors in _iter_vectors(files, binary, cosine):
+        low, high = np.searchsorted(chosen, [offset, offset + len(vectors)])
+        parts.append(vectors[chosen[low:high] - offset])
+        offset += len(vectors)
+    return np.concatenate(parts)
+
+
+def _train(index, sample: np.ndarray, factory: str) -> None:
+    try:
+        index.train(sample)
+    except RuntimeError as error:
+        raise ValueError(f"cannot train {factory!r} on {len(sample)} vectors: {error}") from error
+
+
+def _write_faiss(index, path: Path, binary: bool) -> None:
+    import faiss
+
+    temporary = temporary_path(path)
+    (faiss.write_index_binary if binary else faiss.write_index)(index, str(temporary))
+    commit_file(temporary, path)
+
+
+class SearchIndex:
+    """A built index with its ids. Scores: inner product / cosine similarity, or for binary
+    embeddings the number of matching bits (dimension - Hamming distance); higher is better."""
+
+    def __init__(self, index, ids: pa.Table, meta: dict, nprobe: int = DEFAULT_NPROBE):
+        self.index, self.ids, self.meta = index, ids, meta
+        self.binary = meta["metric"] == "hamming"
+        self.set_nprobe(nprobe)
+
+    @classmethod
+    def load(cls, index_dir: str | Path, nprobe: int = DEFAULT_NPROBE) -> SearchIndex:
+        """Reads index.faiss, index_ids.parquet and index.json from `index_dir`."""
+        import faiss
+
+        index_dir = Path(index_dir)
+        meta = json.loads((index_dir / "index.json").read_text())
+        read = faiss.read_index_binary if meta["metric"] == "hamming" else faiss.read_index
+        index = read(str(index_dir / "index.faiss"))
+        ids = pq.read_table(index_dir / "index_ids.parquet")
+        if not index.ntotal == ids.num_rows == meta["num_rows"]:
+            raise ValueError(f"{index_dir}: index ({index.ntotal}), ids ({ids.num_rows}) and "
+                             f"index.json ({meta['num_rows']}) row counts differ; rebuild the index")
+        return cls(index, ids, meta, nprobe)
+
+    def set_nprobe(self, nprobe: int) -> None:
+        """Inverted lists visited per query by IVF indexes (ignored by other kinds)."""
+        import faiss
+
+        if self.binary:
+            ivf = self.index if isinstance(self.index, faiss.IndexBinaryIVF) else None
+        else:
+            ivf = faiss.try_extract_index_ivf(self.index)
+        if ivf is not None:
+            ivf.nprobe = nprobe
+
+    def search(self, queries: np.ndarray, k: int) -> list[list[dict]]:
+        """Per query up to k hits, best first: {<kept columns>..., "id": ..., "score": float}."""
+        queries = np.atleast_2d(queries)
+        width = self.index.code_size if self.binary else self.index.d
+        if queries.ndim != 2 or queries.shape[1] != width or k <= 0:
+            raise ValueError(f"queries must be [q, {width}] and k positive, got {queries.shape}, k={k}")
+        cosine = self.meta["metric"] == "cosine"
+        scores, labels = self.index.search(_prepare(queries, self.binary, cosine), k)
+        if self.binary:
+            scores = self.index.d - scores
+        rows = iter(self.ids.take(pa.array(labels[labels >= 0])).to_pylist())
+        id_column = self.meta["id_column"]
+        return [[_hit(next(rows), id_column, score) for score, label in zip(row_scores, row_labels)
+                 if label >= 0] for row_scores, row_labels in zip(scores, labels)]
+
+
+def _hit(row: dict, id_column: str, score: float) -> dict:
+    kept = {name: value for name, value in row.items() if name != id_column}
+    return {**kept, "id": row[id_column], "score": float(score)}

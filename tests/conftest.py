@@ -1,0 +1,41 @@
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+DATA = Path(__file__).parent / "data"
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def texts() -> list[str]:
+    """240 real, varied texts: short, truncated, non-Latin scripts, emoji, whitespace, code."""
+    return [json.loads(line)["text"] for line in (DATA / "texts.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="session")
+def minilm():
+    from embedpipe.kernels.engine import Engine, EngineConfig
+    return Engine(EngineConfig(model="minilm", device="cpu"))
+
+
+@pytest.fixture(scope="session")
+def minilm_reference():
+    """sentence-transformers all-MiniLM-L6-v2 in float32 on the CPU."""
+    from sentence_transformers import SentenceTransformer
+    from embedpipe.kernels.model_folder import builtin_models
+    return SentenceTransformer(str(builtin_models()["minilm"]), device="cpu")
+
+
+def cosine(a, b):
+    a, b = torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64)
+    return torch.nn.functional.cosine_similarity(a, b, dim=-1)

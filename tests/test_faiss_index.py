@@ -1,0 +1,122 @@
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from embedpipe.pipeline.faiss_index import DuplicateIdError, SearchIndex, build_index
+from embedpipe.pipeline.manifest import mark_done
+from embedpipe.pipeline.sinks import UnitWriter
+from embedpipe.pipeline.sources import WorkUnit
+
+
+def unit_vectors(num_rows, dim, seed=0):
+    vectors = np.random.default_rng(seed).standard_normal((num_rows, dim)).astype(np.float32)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def write_unit(output_dir, unit_id, ids, vectors, dtype_name="float32", kept=None):
+    kept = kept or {}
+    id_field = pa.field("doc", pa.array(ids).type)
+    kept_fields = [pa.field(name, pa.array(values).type) for name, values in kept.items()]
+    with UnitWriter(output_dir, unit_id, vectors.shape[1], dtype_name, id_field, kept_fields) as writer:
+        writer.write(pa.array(ids), vectors, [pa.array(v) for v in kept.values()])
+    unit = WorkUnit(unit_id, "/in/" + unit_id, "parquet", 0, 1, unit_id)
+    mark_done(output_dir, unit, len(ids), 0, writer.path.name)
+
+
+def write_units(output_dir, vectors, rows_per_unit, dtype_name="float32", first_id=0):
+    for start in range(0, len(vectors), rows_per_unit):
+        ids = list(range(first_id + start, first_id + min(start + rows_per_unit, len(vectors))))
+        unit_rows = vectors[start:start + rows_per_unit]
+        write_unit(output_dir, f"f.parquet#rg{start:05d}", ids, unit_rows, dtype_name)
+
+
+def self_hits(search, queries, k=1):
+    return [hits[0]["id"] for hits in search.search(queries, k)]
+
+
+@pytest.mark.parametrize("dtype_name", ["float32", "float16"])
+def test_flat_index_finds_every_row_itself(tmp_path, dtype_name):
+    vectors = unit_vectors(300, 16).astype(dtype_name)
+    write_units(tmp_path / "out", vectors, 128, dtype_name)
+    meta = build_index([tmp_path / "out"], tmp_path / "index", extra_meta={"model": "m"})
+    assert meta == json.loads((tmp_path / "index" / "index.json").read_text())
+    assert (meta["metric"], meta["dimension"], meta["dtype"], meta["num_rows"]) == \
+        ("inner_product", 16, dtype_name, 300)
+    assert meta["model"] == "m" and meta["embedpipe_version"]
+    search = SearchIndex.load(tmp_path / "index")
+    assert self_hits(search, vectors) == list(range(300))
+    assert search.search(vectors[:1], 3)[0][0]["score"] == pytest.approx(1.0, abs=1e-2)
+
+
+def test_unnormalized_vectors_get_a_cosine_index(tmp_path):
+    vectors = unit_vectors(100, 8) * np.linspace(1, 50, 100, dtype=np.float32)[:, None]
+    write_units(tmp_path / "out", vectors, 100)
+    assert build_index([tmp_path / "out"], tmp_path / "index", normalized=False)["metric"] == "cosine"
+    search = SearchIndex.load(tmp_path / "index")
+    assert self_hits(search, vectors * 3) == list(range(100))
+    assert search.search(vectors[:1], 1)[0][0]["score"] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_ivf_pq_index_is_trained_and_recalls_itself(tmp_path):
+    vectors = unit_vectors(2000, 32)
+    write_units(tmp_path / "out", vectors, 500)
+    meta = build_index([tmp_path / "out"], tmp_path / "index", factory="IVF16,PQ8x4", train_size=1000)
+    assert meta["factory"] == "IVF16,PQ8x4"
+    search = SearchIndex.load(tmp_path / "index", nprobe=16)
+    recall = np.mean(np.array(self_hits(search, vectors)) == np.arange(2000))
+    assert recall >= 0.9
+
+
+def test_rejected_factory_is_named(tmp_path):
+    write_units(tmp_path / "out", unit_vectors(10, 8), 10)
+    with pytest.raises(ValueError, match="NoSuchIndex7"):
+        build_index([tmp_path / "out"], tmp_path / "index", factory="NoSuchIndex7")
+
+
+def test_two_output_folders_merge_in_unit_order(tmp_path):
+    vectors = unit_vectors(40, 8)
+    write_unit(tmp_path / "out1", "b#rg0-1", list(range(20, 40)), vectors[20:])
+    write_unit(tmp_path / "out2", "a#rg0-1", list(range(20)), vectors[:20])
+    for order in ([tmp_path / "out1", tmp_path / "out2"], [tmp_path / "out2", tmp_path / "out1"]):
+        build_index(order, tmp_path / "index")
+        ids = pq.read_table(tmp_path / "index" / "index_ids.parquet").column("doc")
+        assert ids.to_pylist() == list(range(40))
+        assert self_hits(SearchIndex.load(tmp_path / "index"), vectors) == list(range(40))
+
+
+def test_binary_index_uses_hamming(tmp_path):
+    codes = np.random.default_rng(0).integers(0, 256, (200, 8), dtype=np.uint8)
+    write_units(tmp_path / "out", codes, 64, "binary")
+    meta = build_index([tmp_path / "out"], tmp_path / "index")
+    assert (meta["metric"], meta["dimension"], meta["factory"]) == ("hamming", 64, "BFlat")
+    search = SearchIndex.load(tmp_path / "index")
+    assert self_hits(search, codes) == list(range(200))
+    flipped = codes[:1].copy()
+    flipped[0, 0] ^= 0b111
+    assert search.search(flipped, 1)[0][0]["score"] == 61  # 64 bits, 3 differ
+
+
+def test_duplicate_ids_are_reported(tmp_path):
+    write_unit(tmp_path / "out", "a", [1, 2], unit_vectors(2, 4))
+    write_unit(tmp_path / "out", "b", [3, 2], unit_vectors(2, 4, seed=1))
+    with pytest.raises(DuplicateIdError) as error:
+        build_index([tmp_path / "out"], tmp_path / "index")
+    assert "id 2 " in str(error.value) and str(error.value).count("embeddings/") == 2
+    assert not (tmp_path / "index" / "index_ids.parquet").exists()
+    assert build_index([tmp_path / "out"], tmp_path / "index", allow_duplicates=True)["num_rows"] == 4
+
+
+def test_search_returns_kept_columns(tmp_path):
+    vectors = unit_vectors(3, 4)
+    kept = {"title": ["x", "y", "z"], "year": [2001, 2002, 2003]}
+    write_unit(tmp_path / "out", "a", ["d0", "d1", "d2"], vectors, kept=kept)
+    build_index([tmp_path / "out"], tmp_path / "index")
+    hits = SearchIndex.load(tmp_path / "index").search(vectors[1], 5)
+    assert len(hits) == 1 and len(hits[0]) == 3
+    best = hits[0][0]
+    assert (best["id"], best["title"], best["year"]) == ("d1", "y", 2002)
