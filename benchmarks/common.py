@@ -47,14 +47,14 @@ def ceilings(device: str = "cuda") -> dict[str, float]:
     """Dense bf16 matmul rate (TFLOP/s) and device copy bandwidth (TB/s, read + write), measured now."""
     n = 8192
     a, b = (torch.randn(n, n, device=device, dtype=torch.bfloat16) for _ in range(2))
-    ms = _cuda_ms(lambda: a @ b, 20)
+    ms = cuda_ms(lambda: a @ b, 20)
     src = torch.randn(1 << 30, device=device, dtype=torch.bfloat16)  # 2 GiB
     dst = torch.empty_like(src)
-    copy_ms = _cuda_ms(lambda: dst.copy_(src), 20)
+    copy_ms = cuda_ms(lambda: dst.copy_(src), 20)
     return {"bf16_tflops": 2 * n ** 3 / ms / 1e9, "copy_tbps": 2 * src.numel() * 2 / copy_ms / 1e9}
 
 
-def _cuda_ms(fn, iters: int) -> float:
+def cuda_ms(fn, iters: int) -> float:
     for _ in range(3):
         fn()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -126,7 +126,3 @@ def environment() -> dict:
     except ImportError:
         env["flashinfer"] = None
     return env
-
-
-def as_np(x) -> np.ndarray:
-    return x.float().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from common import (TransformersPeer, as_np, ceilings, environment, linear_params, model_folder, percentiles,
+from common import (TransformersPeer, cuda_ms, ceilings, environment, linear_params, model_folder, percentiles,
                     random_sequences, time_calls, write_results)
 from embedpipe.kernels.batch import BucketPolicy, pack
 from embedpipe.kernels.engine import Engine, EngineConfig
@@ -25,8 +25,13 @@ GRAPHS = GraphConfig(max_graph_tokens=THROUGHPUT_SHAPE[0] * THROUGHPUT_SHAPE[1])
 
 
 def engine_latency(engine: Engine, sequence: list[int]) -> dict:
+    """step() + result() percentiles, and the device time of the forward pass alone (graph replay)."""
     batch = pack([sequence], BucketPolicy())
-    return percentiles(time_calls(lambda: engine.step(batch).result(), iters=300, warmup=20))
+    latency = percentiles(time_calls(lambda: engine.step(batch).result(), iters=300, warmup=20))
+    entry = engine.runner.graphs.entries.get(batch.key)
+    if entry is not None:
+        latency["device_forward_ms"] = cuda_ms(entry[0].replay, 100)
+    return latency
 
 
 def engine_throughput(engine: Engine, sequences: list[list[int]], iters: int = 30) -> float:
@@ -51,6 +56,7 @@ def peer_numbers(peer: TransformersPeer, one: list[int], many: list[list[int]]) 
 
 
 def variants(name: str, head_dim: int, fa3: bool) -> dict[str, EngineConfig]:
+    """Our engine and its ablations: no CUDA graphs, other attention kernels."""
     configs = {"ours": EngineConfig(model=name, device="cuda", graphs=GRAPHS),
                "ours-no-graphs": EngineConfig(model=name, device="cuda", graphs=GraphConfig(enabled=False))}
     if head_dim >= 64:
@@ -96,8 +102,8 @@ def table(results: dict) -> str:
     lines = [f"# Engine benchmark, {env['date']}, {env.get('gpu')}, torch {env['torch']}, flashinfer {env['flashinfer']}",
              f"Ceilings measured in the same run: {ceiling['bf16_tflops']:.0f} TFLOP/s dense bf16, "
              f"{ceiling['copy_tbps']:.2f} TB/s copy.", "",
-             "| model | variant | attention | 1x128 p50 ms | 1x128 p99 ms | 64x512 M tok/s | MFU |",
-             "|---|---|---|---|---|---|---|"]
+             "| model | variant | attention | 1x128 p50 ms | 1x128 p99 ms | 1x128 device ms | 64x512 M tok/s | MFU |",
+             "|---|---|---|---|---|---|---|---|"]
     for model, r in results["models"].items():
         for label, v in r.items():
             if not isinstance(v, dict) or "tokens_per_s_64x512" not in v:
@@ -105,6 +111,7 @@ def table(results: dict) -> str:
             mfu = v["tokens_per_s_64x512"] * r["flops_per_token"] / (ceiling["bf16_tflops"] * 1e12)
             lines.append(f"| {model} | {label} | {v.get('attention', 'sdpa, padded')} | "
                          f"{v['latency_1x128_ms']['p50']:.3f} | {v['latency_1x128_ms']['p99']:.3f} | "
+                         f"{v['latency_1x128_ms'].get('device_forward_ms', float('nan')):.3f} | "
                          f"{v['tokens_per_s_64x512'] / 1e6:.3f} | {mfu:.1%} |")
     return "\n".join(lines) + "\n"
 
@@ -114,11 +121,11 @@ def main():
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--cache", type=Path, default=Path("/tmp/embedpipe-bench-models"))
     parser.add_argument("--models", default="minilm,bert-base,qwen3-0.6b")
-    parser.add_argument("--fa3", action="store_true", help="also time FlashInfer's fa3 backend (compiles ~2 min)")
+    parser.add_argument("--fa3", default="", help="models to also time with FlashInfer's fa3 (compiles ~2 min a head_dim)")
     args = parser.parse_args()
     results = {"environment": environment(), "ceilings": ceilings(), "models": {}}
     for name in args.models.split(","):
-        results["models"][name] = bench_model(name, args.cache, results["ceilings"], args.fa3)
+        results["models"][name] = bench_model(name, args.cache, results["ceilings"], name in args.fa3.split(","))
         write_results(results, args.out, table(results))
         print(table(results), flush=True)
 

@@ -12,8 +12,9 @@ from .layers import LayerNorm, PackedLinear, activation
 
 
 class BertEmbeddings(nn.Module):
-    def __init__(self, cfg: dict, position_offset: int):
+    def __init__(self, cfg: dict, position_offset: int, ops):
         super().__init__()
+        self.ops = ops
         hidden = cfg["hidden_size"]
         self.word_embeddings = nn.Embedding(cfg["vocab_size"], hidden)
         self.position_embeddings = nn.Embedding(cfg["max_position_embeddings"], hidden)
@@ -23,7 +24,8 @@ class BertEmbeddings(nn.Module):
 
     def forward(self, input_ids, positions, token_type_ids):
         x = self.word_embeddings(input_ids) + self.position_embeddings(positions + self.position_offset)
-        return self.LayerNorm(x + self.token_type_embeddings(token_type_ids))
+        ln = self.LayerNorm
+        return self.ops.add_layer_norm(x, self.token_type_embeddings(token_type_ids), ln.weight, ln.bias, ln.eps)
 
 
 class BertSelfAttention(nn.Module):
@@ -40,20 +42,22 @@ class BertSelfAttention(nn.Module):
 class DenseLayerNorm(nn.Module):
     """`LayerNorm(residual + dense(x))`: BERT's post-LN output blocks."""
 
-    def __init__(self, in_features: int, hidden: int, eps: float):
+    def __init__(self, in_features: int, hidden: int, eps: float, ops):
         super().__init__()
         self.dense = nn.Linear(in_features, hidden)
         self.LayerNorm = LayerNorm(hidden, eps=eps)
+        self.ops = ops
 
     def forward(self, x, residual):
-        return self.LayerNorm(residual + self.dense(x))
+        ln = self.LayerNorm
+        return self.ops.add_layer_norm(self.dense(x), residual, ln.weight, ln.bias, ln.eps)
 
 
 class BertAttention(nn.Module):
-    def __init__(self, cfg: dict):
+    def __init__(self, cfg: dict, ops):
         super().__init__()
         self.self = BertSelfAttention(cfg["hidden_size"], cfg["num_attention_heads"])
-        self.output = DenseLayerNorm(cfg["hidden_size"], cfg["hidden_size"], cfg["layer_norm_eps"])
+        self.output = DenseLayerNorm(cfg["hidden_size"], cfg["hidden_size"], cfg["layer_norm_eps"], ops)
 
     def forward(self, x, attn):
         return self.output(self.self(x, attn), x)
@@ -70,11 +74,11 @@ class BertIntermediate(nn.Module):
 
 
 class BertLayer(nn.Module):
-    def __init__(self, cfg: dict):
+    def __init__(self, cfg: dict, ops):
         super().__init__()
-        self.attention = BertAttention(cfg)
+        self.attention = BertAttention(cfg, ops)
         self.intermediate = BertIntermediate(cfg)
-        self.output = DenseLayerNorm(cfg["intermediate_size"], cfg["hidden_size"], cfg["layer_norm_eps"])
+        self.output = DenseLayerNorm(cfg["intermediate_size"], cfg["hidden_size"], cfg["layer_norm_eps"], ops)
 
     def forward(self, x, attn):
         h = self.attention(x, attn)
@@ -82,9 +86,9 @@ class BertLayer(nn.Module):
 
 
 class BertEncoder(nn.Module):
-    def __init__(self, cfg: dict):
+    def __init__(self, cfg: dict, ops):
         super().__init__()
-        self.layer = nn.ModuleList(BertLayer(cfg) for _ in range(cfg["num_hidden_layers"]))
+        self.layer = nn.ModuleList(BertLayer(cfg, ops) for _ in range(cfg["num_hidden_layers"]))
 
 
 class BertModel(nn.Module):
@@ -92,10 +96,10 @@ class BertModel(nn.Module):
 
     checkpoint_prefixes = ("bert.", "roberta.", "model.")
 
-    def __init__(self, cfg: dict, attn: AttentionBackend, position_offset: int = 0):
+    def __init__(self, cfg: dict, attn: AttentionBackend, ops, position_offset: int = 0):
         super().__init__()
-        self.embeddings = BertEmbeddings(cfg, position_offset)
-        self.encoder = BertEncoder(cfg)
+        self.embeddings = BertEmbeddings(cfg, position_offset, ops)
+        self.encoder = BertEncoder(cfg, ops)
         self.attn = attn
 
     @staticmethod
@@ -115,5 +119,5 @@ class BertModel(nn.Module):
 class XLMRobertaModel(BertModel):
     """BERT layers; positions start at padding_idx + 1, one token type."""
 
-    def __init__(self, cfg: dict, attn: AttentionBackend):
-        super().__init__(cfg, attn, position_offset=int(cfg.get("pad_token_id", 1)) + 1)
+    def __init__(self, cfg: dict, attn: AttentionBackend, ops):
+        super().__init__(cfg, attn, ops, position_offset=int(cfg.get("pad_token_id", 1)) + 1)

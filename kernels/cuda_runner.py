@@ -24,21 +24,25 @@ NUM_SLOTS = 3  # two batches in flight, plus the one being prepared
 
 
 class PinnedSlots:
-    """Round-robin pinned host buffers of [rows, *row_shape]; `take()` returns one the device no longer uses."""
+    """Round-robin pinned host buffers of [rows, *row_shape], each with its own CUDA event.
+
+    `take()` returns a slot the device no longer uses: it waits on the slot's event, and first
+    resolves the LazyTensor that still reads the slot, if any.
+    """
 
     def __init__(self, dtype: torch.dtype, row_shape: tuple[int, ...] = ()):
         self.dtype, self.row_shape = dtype, row_shape
         self.buffers = [torch.empty((0, *row_shape), dtype=dtype)] * NUM_SLOTS
-        self.fences: list = [None] * NUM_SLOTS  # an Event, or the LazyTensor that reads the slot
+        self.events = [torch.cuda.Event() for _ in range(NUM_SLOTS)]
+        self.readers: list[LazyTensor | None] = [None] * NUM_SLOTS
         self.next = 0
 
     def take(self, rows: int) -> tuple[int, torch.Tensor]:
         slot, self.next = self.next, (self.next + 1) % NUM_SLOTS
-        fence = self.fences[slot]
-        if isinstance(fence, LazyTensor):
-            fence.result()  # it copies the rows out before the slot is overwritten
-        elif fence is not None:
-            fence.synchronize()
+        if self.readers[slot] is not None:
+            self.readers[slot].result()  # it copies the rows out before the slot is overwritten
+            self.readers[slot] = None
+        self.events[slot].synchronize()
         if self.buffers[slot].shape[0] < rows:
             capacity = max(rows, 2 * self.buffers[slot].shape[0])
             self.buffers[slot] = torch.empty((capacity, *self.row_shape), dtype=self.dtype).pin_memory()
@@ -83,8 +87,7 @@ class CudaRunner:
             return self._forward(inputs, num_tokens)
 
         out = self.graphs.run(batch.key, eager, lambda: self._capture(batch, host), lambda e: self._replay(batch, host, e))
-        self.staging.fences[slot] = torch.cuda.Event()
-        self.staging.fences[slot].record()
+        self.staging.events[slot].record()
         return self._download(out, batch.num_seqs)
 
     def _forward(self, inputs: torch.Tensor, num_tokens: int) -> torch.Tensor:
@@ -112,8 +115,7 @@ class CudaRunner:
     def _download(self, out: torch.Tensor, num_seqs: int) -> LazyTensor:
         slot, host = self.outputs.take(num_seqs)
         host.copy_(out[:num_seqs], non_blocking=True)
-        event = torch.cuda.Event()
-        event.record()
-        lazy = LazyTensor(host, event, keepalive=out)
-        self.outputs.fences[slot] = lazy
+        self.outputs.events[slot].record()
+        lazy = LazyTensor(host, self.outputs.events[slot], keepalive=out)
+        self.outputs.readers[slot] = lazy
         return lazy

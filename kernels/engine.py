@@ -12,6 +12,7 @@ from .graph_cache import GraphConfig, GraphCounters
 from .lazy_tensor import LazyTensor
 from .loader import attention_spec, load_model
 from .model_folder import read_model_folder
+from .ops import make_ops
 from .pooling import OUTPUT_DTYPES, OutputSpec, Pooler
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -70,7 +71,7 @@ class Engine:
         self.output = self._output_spec()
         self.attn = self._attention()
         self.model = load_model(self.folder, self.attn, self.device, self.dtype)
-        self.pooler = Pooler(self.output).to(self.device)
+        self.pooler = Pooler(self.output, make_ops(self.device)).to(self.device)
         self.runner = None
         if self.device.type == "cuda":
             from .cuda_runner import CudaRunner

@@ -42,21 +42,16 @@ class LayerNorm(nn.LayerNorm):
 
 
 class RMSNorm(nn.Module):
-    """Qwen3 RMSNorm: statistics in float32, cast back, then scale (the transformers order)."""
+    """Qwen3 RMSNorm parameters; the math is `ops.add_rms_norm` (kernels/ops.py)."""
 
     def __init__(self, dim: int, eps: float):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(x.dtype)
-
 
 class RotaryEmbedding(nn.Module):
-    """Rotate-half RoPE; cos/sin tables computed in float32 once, for max_positions positions."""
+    """Rotate-half RoPE tables [max_positions, head_dim], computed in float32 once; `ops.qk_norm_rope` applies them."""
 
     def __init__(self, head_dim: int, max_positions: int, theta: float):
         super().__init__()
@@ -72,18 +67,3 @@ class RotaryEmbedding(nn.Module):
         emb = torch.cat([freqs, freqs], dim=-1)  # [max_positions, head_dim]
         self.cos = emb.cos().to(self.cos.device)
         self.sin = emb.sin().to(self.sin.device)
-
-    def forward(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos, sin: [num_tokens, 1, head_dim] for positions [num_tokens]."""
-        return self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)
-
-
-def apply_rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
-    """q: [num_tokens, num_heads, head_dim], k: [num_tokens, num_kv_heads, head_dim]."""
-    cos, sin = cos.to(q.dtype), sin.to(q.dtype)
-    return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
-
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat([-x[..., half:], x[..., :half]], dim=-1)

@@ -11,6 +11,7 @@ from .attention import AttentionBackend, AttentionSpec
 from .bert import BertModel, XLMRobertaModel
 from .layers import PackedLinear
 from .model_folder import ModelFolder, ModelLoadError
+from .ops import make_ops
 from .qwen3 import Qwen3Model
 
 MODEL_CLASSES = {"bert": BertModel, "roberta": XLMRobertaModel, "xlm-roberta": XLMRobertaModel, "qwen3": Qwen3Model}
@@ -21,17 +22,18 @@ def attention_spec(folder: ModelFolder) -> AttentionSpec:
     return MODEL_CLASSES[folder.model_type].attention_spec(folder.config)
 
 
-def build_model(folder: ModelFolder, attn: AttentionBackend) -> nn.Module:
+def build_model(folder: ModelFolder, attn: AttentionBackend, ops) -> nn.Module:
     cls = MODEL_CLASSES[folder.model_type]
     if cls is Qwen3Model:
-        return Qwen3Model(folder.config, attn, max_positions=folder.max_seq_length)
-    return cls(folder.config, attn)
+        max_positions = int(folder.config.get("max_position_embeddings", folder.max_seq_length))
+        return Qwen3Model(folder.config, attn, ops, max_positions=max_positions)
+    return cls(folder.config, attn, ops)
 
 
 def load_model(folder: ModelFolder, attn: AttentionBackend, device: torch.device, dtype: torch.dtype) -> nn.Module:
     """Builds the model for the folder's model_type, loads every weight, moves it to device/dtype."""
     with torch.device("meta"):
-        model = build_model(folder, attn)
+        model = build_model(folder, attn, make_ops(device))
     model = model.to_empty(device="cpu")
     targets = _checkpoint_targets(model)
     loaded = _load_weights(model, folder, targets)

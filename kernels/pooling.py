@@ -1,6 +1,7 @@
 """Pooling, Matryoshka truncation, L2 normalisation and output quantisation, shared by all models.
 
-All of it runs on the device inside the forward pass (and so inside a CUDA graph), in float32.
+All of it runs on the device inside the forward pass (and so inside a CUDA graph), in float32;
+`ops.pool` (kernels/ops.py) pools, truncates and normalises.
 """
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 OUTPUT_DTYPES = ("float32", "float16", "int8", "binary")
@@ -41,42 +41,18 @@ class OutputSpec:
         return self.dim // 8 if self.dtype == "binary" else self.dim
 
 
-def pool(hidden: torch.Tensor, cu_seqlens: torch.Tensor, seq_ids: torch.Tensor, mode: str) -> torch.Tensor:
-    """hidden [num_tokens, hidden] -> [num_seqs_padded, hidden] float32.
-
-    seq_ids [num_tokens] gives each token's sequence slot. Empty slots give zeros (mean) or an
-    arbitrary row (cls, last): they are padding and never returned.
-    """
-    num_tokens = hidden.shape[0]
-    if mode == "mean":
-        # a [num_slots, num_tokens] averaging matrix: one deterministic matmul (index_add_ on CUDA
-        # sums with atomics, in no fixed order)
-        num_slots = cu_seqlens.shape[0] - 1
-        slots = torch.arange(num_slots, device=hidden.device, dtype=seq_ids.dtype)
-        lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).clamp(min=1)
-        weights = (seq_ids[None, :] == slots[:, None]).float() / lengths[:, None]
-        return weights @ hidden.float()
-    if mode == "cls":
-        return hidden[cu_seqlens[:-1].clamp(max=num_tokens - 1)].float()
-    if mode == "lasttoken":
-        return hidden[(cu_seqlens[1:] - 1).clamp(min=0)].float()
-    raise ValueError(f"unknown pooling mode {mode!r}")
-
-
 class Pooler(nn.Module):
     """Pools, truncates, normalises and quantises: hidden [num_tokens, hidden] -> [num_seqs_padded, spec.width]."""
 
-    def __init__(self, spec: OutputSpec):
+    def __init__(self, spec: OutputSpec, ops):
         super().__init__()
-        self.spec = spec
+        self.spec, self.ops = spec, ops
         # bit weights for packing, first dimension in the most significant bit (as numpy.packbits)
         self.register_buffer("bit_weights", torch.tensor([128, 64, 32, 16, 8, 4, 2, 1], dtype=torch.uint8),
                              persistent=False)
 
     def forward(self, hidden: torch.Tensor, cu_seqlens: torch.Tensor, seq_ids: torch.Tensor) -> torch.Tensor:
-        x = pool(hidden, cu_seqlens, seq_ids, self.spec.pooling)[:, : self.spec.dim]
-        if self.spec.normalize:
-            x = F.normalize(x, dim=-1)
+        x = self.ops.pool(hidden, cu_seqlens, seq_ids, self.spec.pooling, self.spec.dim, self.spec.normalize)
         if self.spec.dtype == "int8":
             return torch.round(torch.tanh(x) * 127).to(torch.int8)  # round half to even
         if self.spec.dtype == "binary":

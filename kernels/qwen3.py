@@ -2,14 +2,14 @@
 
 Pre-norm RMSNorm blocks, grouped-query attention with per-head q/k RMSNorm before RoPE, SwiGLU.
 Parameter names follow the Hugging Face checkpoints; q/k/v and gate/up load into fused matmuls.
+The residual stream travels beside the hidden state so each add fuses into the next norm.
 """
 from __future__ import annotations
 
-import torch.nn.functional as F
 from torch import nn
 
 from .attention import AttentionBackend, AttentionSpec
-from .layers import PackedLinear, RMSNorm, RotaryEmbedding, apply_rotary
+from .layers import PackedLinear, RMSNorm, RotaryEmbedding
 
 
 def _head_dim(cfg: dict) -> int:
@@ -22,7 +22,7 @@ def _rope_theta(cfg: dict) -> float:
 
 
 class Qwen3Attention(nn.Module):
-    def __init__(self, cfg: dict):
+    def __init__(self, cfg: dict, ops):
         super().__init__()
         self.num_heads, self.num_kv_heads = cfg["num_attention_heads"], cfg["num_key_value_heads"]
         self.head_dim = _head_dim(cfg)
@@ -32,41 +32,45 @@ class Qwen3Attention(nn.Module):
         self.o_proj = nn.Linear(q_size, cfg["hidden_size"], bias=bias)
         self.q_norm = RMSNorm(self.head_dim, cfg["rms_norm_eps"])
         self.k_norm = RMSNorm(self.head_dim, cfg["rms_norm_eps"])
+        self.ops = ops
 
-    def forward(self, x, rope, attn: AttentionBackend):
-        num_tokens = x.shape[0]
-        q, k, v = self.qkv_proj(x).split(
-            [self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim, self.num_kv_heads * self.head_dim], -1)
-        q = self.q_norm(q.view(num_tokens, self.num_heads, self.head_dim))
-        k = self.k_norm(k.view(num_tokens, self.num_kv_heads, self.head_dim))
-        q, k = apply_rotary(q, k, *rope)
-        v = v.view(num_tokens, self.num_kv_heads, self.head_dim)
-        return self.o_proj(attn.forward(q, k, v).reshape(num_tokens, -1))
+    def forward(self, x, positions, rotary: RotaryEmbedding, attn: AttentionBackend):
+        # q [T, H, D], k and v [T, Hkv, D]
+        q, k, v = self.ops.qk_norm_rope(self.qkv_proj(x), self.q_norm.weight, self.k_norm.weight, positions,
+                                        rotary.cos, rotary.sin, self.num_heads, self.num_kv_heads, self.head_dim,
+                                        self.q_norm.eps)
+        return self.o_proj(attn.forward(q, k, v).reshape(x.shape[0], -1))
 
 
 class Qwen3MLP(nn.Module):
-    def __init__(self, cfg: dict):
+    def __init__(self, cfg: dict, ops):
         super().__init__()
         inter = cfg["intermediate_size"]
         self.gate_up_proj = PackedLinear(cfg["hidden_size"], {"gate_proj": inter, "up_proj": inter}, bias=False)
         self.down_proj = nn.Linear(inter, cfg["hidden_size"], bias=False)
+        self.ops = ops
 
     def forward(self, x):
-        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+        return self.down_proj(self.ops.silu_and_mul(self.gate_up_proj(x)))
 
 
 class Qwen3DecoderLayer(nn.Module):
-    def __init__(self, cfg: dict):
+    def __init__(self, cfg: dict, ops):
         super().__init__()
         self.input_layernorm = RMSNorm(cfg["hidden_size"], cfg["rms_norm_eps"])
-        self.self_attn = Qwen3Attention(cfg)
+        self.self_attn = Qwen3Attention(cfg, ops)
         self.post_attention_layernorm = RMSNorm(cfg["hidden_size"], cfg["rms_norm_eps"])
-        self.mlp = Qwen3MLP(cfg)
+        self.mlp = Qwen3MLP(cfg, ops)
+        self.ops = ops
 
-    def forward(self, x, rope, attn):
-        x = x + self.self_attn(self.input_layernorm(x), rope, attn)
-        return x + self.mlp(self.post_attention_layernorm(x))
+    def forward(self, x, residual, positions, rotary, attn):
+        """Returns (this layer's MLP output, the residual stream before it); their sum is the layer output."""
+        norm = self.input_layernorm
+        h, residual = self.ops.add_rms_norm(x, residual, norm.weight, norm.eps)
+        h = self.self_attn(h, positions, rotary, attn)
+        norm = self.post_attention_layernorm
+        h, residual = self.ops.add_rms_norm(h, residual, norm.weight, norm.eps)
+        return self.mlp(h), residual
 
 
 class Qwen3Model(nn.Module):
@@ -74,13 +78,13 @@ class Qwen3Model(nn.Module):
 
     checkpoint_prefixes = ("model.",)
 
-    def __init__(self, cfg: dict, attn: AttentionBackend, max_positions: int):
+    def __init__(self, cfg: dict, attn: AttentionBackend, ops, max_positions: int):
         super().__init__()
         self.rotary = RotaryEmbedding(_head_dim(cfg), max_positions, _rope_theta(cfg))
         self.embed_tokens = nn.Embedding(cfg["vocab_size"], cfg["hidden_size"])
-        self.layers = nn.ModuleList(Qwen3DecoderLayer(cfg) for _ in range(cfg["num_hidden_layers"]))
+        self.layers = nn.ModuleList(Qwen3DecoderLayer(cfg, ops) for _ in range(cfg["num_hidden_layers"]))
         self.norm = RMSNorm(cfg["hidden_size"], cfg["rms_norm_eps"])
-        self.attn = attn
+        self.attn, self.ops = attn, ops
 
     @staticmethod
     def attention_spec(cfg: dict) -> AttentionSpec:
@@ -88,8 +92,7 @@ class Qwen3Model(nn.Module):
         return AttentionSpec(cfg["num_attention_heads"], cfg["num_key_value_heads"], _head_dim(cfg), causal)
 
     def forward(self, input_ids, positions, token_type_ids=None):
-        x = self.embed_tokens(input_ids)
-        rope = self.rotary(positions)  # cos, sin: [num_tokens, 1, head_dim], shared by all layers
+        x, residual = self.embed_tokens(input_ids), None
         for layer in self.layers:
-            x = layer(x, rope, self.attn)
-        return self.norm(x)
+            x, residual = layer(x, residual, positions, self.rotary, self.attn)
+        return self.ops.add_rms_norm(x, residual, self.norm.weight, self.norm.eps)[0]

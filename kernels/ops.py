@@ -1,0 +1,84 @@
+"""Element-wise and normalisation ops of the model families, behind one interface.
+
+`TorchOps` is the reference (plain PyTorch; the CPU path). On CUDA, `TritonOps` fuses each op
+into one kernel (kernels/triton_ops.py). The engine picks one when it builds the model.
+Shapes are packed: [num_tokens, ...], no batch dimension.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+class TorchOps:
+    @staticmethod
+    def add_layer_norm(x, residual, weight, bias, eps):
+        """LayerNorm(x + residual): BERT's post-LN sub-layer output. residual may be None."""
+        if residual is not None:
+            x = x + residual
+        return F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
+
+    @staticmethod
+    def add_rms_norm(x, residual, weight, eps):
+        """Qwen3 pre-norm step: s = x + residual (or x); returns (RMSNorm(s), s). Statistics in float32."""
+        if residual is not None:
+            x = x + residual
+        return _rms_norm(x, weight, eps), x
+
+    @staticmethod
+    def qk_norm_rope(qkv, q_weight, k_weight, positions, cos, sin, num_heads, num_kv_heads, head_dim, eps):
+        """qkv [T, (H + 2 * Hkv) * D] -> q [T, H, D], k [T, Hkv, D] (per-head RMSNorm, then RoPE), v [T, Hkv, D]."""
+        num_tokens = qkv.shape[0]
+        q, k, v = qkv.split([num_heads * head_dim, num_kv_heads * head_dim, num_kv_heads * head_dim], -1)
+        q = _rms_norm(q.view(num_tokens, num_heads, head_dim), q_weight, eps)
+        k = _rms_norm(k.view(num_tokens, num_kv_heads, head_dim), k_weight, eps)
+        cos = cos[positions].unsqueeze(1).to(q.dtype)  # [T, 1, D]
+        sin = sin[positions].unsqueeze(1).to(q.dtype)
+        return _rope(q, cos, sin), _rope(k, cos, sin), v.view(num_tokens, num_kv_heads, head_dim)
+
+    @staticmethod
+    def pool(hidden, cu_seqlens, seq_ids, mode: str, dim: int, normalize: bool):
+        """hidden [T, hidden] -> [num_slots, dim] float32: pooled (mean | cls | lasttoken), truncated, normalised.
+
+        seq_ids [T] is each token's slot. Empty slots are padding and never returned.
+        """
+        num_tokens = hidden.shape[0]
+        if mode == "mean":
+            # an averaging matrix [num_slots, T]: one deterministic matmul (index_add_ on CUDA uses atomics)
+            slots = torch.arange(cu_seqlens.shape[0] - 1, device=hidden.device, dtype=seq_ids.dtype)
+            lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).clamp(min=1)
+            pooled = ((seq_ids[None, :] == slots[:, None]).float() / lengths[:, None]) @ hidden.float()
+        elif mode == "cls":
+            pooled = hidden[cu_seqlens[:-1].clamp(max=num_tokens - 1)].float()
+        elif mode == "lasttoken":
+            pooled = hidden[(cu_seqlens[1:] - 1).clamp(min=0)].float()
+        else:
+            raise ValueError(f"unknown pooling mode {mode!r}")
+        pooled = pooled[:, :dim]
+        return F.normalize(pooled, dim=-1) if normalize else pooled
+
+    @staticmethod
+    def silu_and_mul(x):
+        """[T, 2 * I] -> silu(x[:, :I]) * x[:, I:]."""
+        gate, up = x.chunk(2, dim=-1)
+        return F.silu(gate) * up
+
+
+def _rms_norm(x, weight, eps):
+    """The transformers order: normalise in float32, cast back, then scale."""
+    x32 = x.float()
+    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * x32.to(x.dtype)
+
+
+def _rope(x, cos, sin):
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rotated * sin
+
+
+def make_ops(device: torch.device):
+    if device.type == "cuda":
+        from .triton_ops import TritonOps
+        return TritonOps
+    return TorchOps

@@ -1,0 +1,158 @@
+"""The ops of kernels/ops.py as one Triton kernel each (CUDA). Arithmetic in float32, one rounding
+to the activation dtype where the transformers reference rounds."""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _add_layer_norm_kernel(X, R, W, B, Out, stride_x, stride_r, N, eps,
+                           HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < N
+    x = tl.load(X + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+    if HAS_RESIDUAL:
+        x += tl.load(R + row * stride_r + cols, mask=mask, other=0.0).to(tl.float32)
+        x = x.to(Out.dtype.element_ty).to(tl.float32)  # the reference adds in the activation dtype
+    mean = tl.sum(x, axis=0) / N
+    centered = tl.where(mask, x - mean, 0.0)
+    rstd = 1.0 / tl.sqrt(tl.sum(centered * centered, axis=0) / N + eps)
+    w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(B + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(Out + row * N + cols, (centered * rstd * w + b).to(Out.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _add_rms_norm_kernel(X, R, W, Out, Sum, stride_x, stride_r, N, eps,
+                         HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < N
+    x = tl.load(X + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+    if HAS_RESIDUAL:
+        x += tl.load(R + row * stride_r + cols, mask=mask, other=0.0).to(tl.float32)
+    s = x.to(Out.dtype.element_ty)
+    tl.store(Sum + row * N + cols, s, mask=mask)
+    s = s.to(tl.float32)
+    rstd = 1.0 / tl.sqrt(tl.sum(s * s, axis=0) / N + eps)
+    w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+    normed = (s * rstd).to(Out.dtype.element_ty).to(tl.float32)
+    tl.store(Out + row * N + cols, (normed * w).to(Out.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _qk_norm_rope_kernel(QKV, QW, KW, Pos, Cos, Sin, stride_t, stride_cos, num_heads, eps,
+                         HALF: tl.constexpr):
+    """One program per (token, q-or-k head): RMSNorm over the head, then rotate-half RoPE, in place."""
+    token, head = tl.program_id(0), tl.program_id(1)
+    base = QKV + token * stride_t + head * 2 * HALF  # k heads follow the q heads
+    cols = tl.arange(0, HALF)
+    x1 = tl.load(base + cols).to(tl.float32)
+    x2 = tl.load(base + HALF + cols).to(tl.float32)
+    rstd = 1.0 / tl.sqrt((tl.sum(x1 * x1, axis=0) + tl.sum(x2 * x2, axis=0)) / (2 * HALF) + eps)
+    if head < num_heads:
+        weight = QW
+    else:
+        weight = KW
+    w1 = tl.load(weight + cols).to(tl.float32)
+    w2 = tl.load(weight + HALF + cols).to(tl.float32)
+    dtype = QKV.dtype.element_ty
+    n1 = ((x1 * rstd).to(dtype).to(tl.float32) * w1).to(dtype).to(tl.float32)
+    n2 = ((x2 * rstd).to(dtype).to(tl.float32) * w2).to(dtype).to(tl.float32)
+    pos = tl.load(Pos + token)
+    c = tl.load(Cos + pos * stride_cos + cols).to(dtype).to(tl.float32)
+    s = tl.load(Sin + pos * stride_cos + cols).to(dtype).to(tl.float32)
+    tl.store(base + cols, (n1 * c - n2 * s).to(dtype))
+    tl.store(base + HALF + cols, (n2 * c + n1 * s).to(dtype))
+
+
+@triton.jit
+def _silu_and_mul_kernel(X, Out, N, BLOCK: tl.constexpr):
+    row, block = tl.program_id(0), tl.program_id(1)
+    cols = block * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < N
+    gate = tl.load(X + row * 2 * N + cols, mask=mask, other=0.0).to(tl.float32)
+    up = tl.load(X + row * 2 * N + N + cols, mask=mask, other=0.0).to(tl.float32)
+    silu = (gate / (1.0 + tl.exp(-gate))).to(Out.dtype.element_ty).to(tl.float32)
+    tl.store(Out + row * N + cols, (silu * up).to(Out.dtype.element_ty), mask=mask)
+
+
+POOL_MODES = {"mean": 0, "cls": 1, "lasttoken": 2}
+
+
+@triton.jit
+def _pool_kernel(H, Cu, Out, stride_h, num_tokens, dim, eps, MODE: tl.constexpr, NORMALIZE: tl.constexpr,
+                 BLOCK_T: tl.constexpr, BLOCK: tl.constexpr):
+    """One program per sequence slot: pool its rows, keep the first `dim` columns, normalise."""
+    slot = tl.program_id(0)
+    start, end = tl.load(Cu + slot), tl.load(Cu + slot + 1)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < dim
+    if MODE == 0:
+        acc = tl.zeros([BLOCK], dtype=tl.float32)
+        rows = tl.arange(0, BLOCK_T)
+        for first in range(start, end, BLOCK_T):  # a tile of rows at a time, summed in a fixed order
+            r = first + rows
+            tile = tl.load(H + r[:, None] * stride_h + cols[None, :], mask=(r < end)[:, None] & mask[None, :],
+                           other=0.0)
+            acc += tl.sum(tile.to(tl.float32), axis=0)
+        acc = acc / tl.maximum(end - start, 1).to(tl.float32)
+    else:
+        row = tl.minimum(start, num_tokens - 1) if MODE == 1 else tl.maximum(end - 1, 0)
+        acc = tl.load(H + row * stride_h + cols, mask=mask, other=0.0).to(tl.float32)
+    if NORMALIZE:
+        acc = acc / tl.maximum(tl.sqrt(tl.sum(acc * acc, axis=0)), eps)
+    tl.store(Out + slot * dim + cols, acc, mask=mask)
+
+
+class TritonOps:
+    @staticmethod
+    def pool(hidden, cu_seqlens, seq_ids, mode: str, dim: int, normalize: bool):
+        num_slots = cu_seqlens.shape[0] - 1
+        out = torch.empty((num_slots, dim), dtype=torch.float32, device=hidden.device)
+        _pool_kernel[(num_slots,)](hidden, cu_seqlens, out, hidden.stride(0), hidden.shape[0], dim, 1e-12,
+                                   MODE=POOL_MODES[mode], NORMALIZE=normalize, BLOCK_T=16,
+                                   BLOCK=triton.next_power_of_2(dim))
+        return out
+
+    @staticmethod
+    def add_layer_norm(x, residual, weight, bias, eps):
+        num_tokens, n = x.shape
+        out = torch.empty((num_tokens, n), dtype=x.dtype, device=x.device)
+        r = residual if residual is not None else x
+        _add_layer_norm_kernel[(num_tokens,)](x, r, weight, bias, out, x.stride(0), r.stride(0), n, eps,
+                                              HAS_RESIDUAL=residual is not None, BLOCK=triton.next_power_of_2(n))
+        return out
+
+    @staticmethod
+    def add_rms_norm(x, residual, weight, eps):
+        num_tokens, n = x.shape
+        out = torch.empty((num_tokens, n), dtype=x.dtype, device=x.device)
+        total = torch.empty_like(out)
+        r = residual if residual is not None else x
+        _add_rms_norm_kernel[(num_tokens,)](x, r, weight, out, total, x.stride(0), r.stride(0), n, eps,
+                                            HAS_RESIDUAL=residual is not None, BLOCK=triton.next_power_of_2(n))
+        return out, total
+
+    @staticmethod
+    def qk_norm_rope(qkv, q_weight, k_weight, positions, cos, sin, num_heads, num_kv_heads, head_dim, eps):
+        num_tokens = qkv.shape[0]
+        _qk_norm_rope_kernel[(num_tokens, num_heads + num_kv_heads)](
+            qkv, q_weight, k_weight, positions, cos, sin, qkv.stride(0), cos.stride(0), num_heads, eps,
+            HALF=head_dim // 2)
+        q_size, kv_size = num_heads * head_dim, num_kv_heads * head_dim
+        q = qkv[:, :q_size].view(num_tokens, num_heads, head_dim)
+        k = qkv[:, q_size:q_size + kv_size].view(num_tokens, num_kv_heads, head_dim)
+        v = qkv[:, q_size + kv_size:].view(num_tokens, num_kv_heads, head_dim)
+        return q, k, v
+
+    @staticmethod
+    def silu_and_mul(x):
+        num_tokens, n = x.shape[0], x.shape[1] // 2
+        out = torch.empty((num_tokens, n), dtype=x.dtype, device=x.device)
+        block = min(1024, triton.next_power_of_2(n))
+        _silu_and_mul_kernel[(num_tokens, triton.cdiv(n, block))](x, out, n, BLOCK=block)
+        return out
