@@ -1,6 +1,6 @@
 """Engine benchmark (GPU): batch-1 latency and 64 x 512 throughput against transformers, same run.
 
-    python benchmarks/engine_bench.py --out benchmarks/results/DATE-h200-engine [--fa3]
+    python benchmarks/engine_bench.py --out benchmarks/results/DATE-h200-engine [--models ...] [--attention fa2,fa3]
 
 Peers and ceilings are measured in the same process. Embeddings are checked against the peer
 (cosine >= 0.999) before anything is timed.
@@ -55,18 +55,16 @@ def peer_numbers(peer: TransformersPeer, one: list[int], many: list[list[int]]) 
     return {"latency_1x128_ms": latency, "tokens_per_s_64x512": sum(map(len, many)) / seconds}
 
 
-def variants(name: str, head_dim: int, fa3: bool) -> dict[str, EngineConfig]:
-    """Our engine and its ablations: no CUDA graphs, other attention kernels."""
+def variants(name: str, head_dim: int, attention: list[str]) -> dict[str, EngineConfig]:
+    """Our engine (auto attention) and its ablations: no CUDA graphs, other attention kernels."""
     configs = {"ours": EngineConfig(model=name, device="cuda", graphs=GRAPHS),
                "ours-no-graphs": EngineConfig(model=name, device="cuda", graphs=GraphConfig(enabled=False))}
-    if head_dim >= 64:
-        configs["ours-torch-varlen"] = EngineConfig(model=name, device="cuda", graphs=GRAPHS, attention="torch-varlen")
-        if fa3:
-            configs["ours-fa3"] = EngineConfig(model=name, device="cuda", graphs=GRAPHS, attention="fa3")
+    for backend in attention if head_dim >= 64 else []:
+        configs[f"ours-{backend}"] = EngineConfig(model=name, device="cuda", graphs=GRAPHS, attention=backend)
     return configs
 
 
-def bench_model(name: str, cache: Path, ceiling: dict, fa3: bool) -> dict:
+def bench_model(name: str, cache: Path, ceiling: dict, attention: list[str]) -> dict:
     folder = model_folder(name, cache)
     rng = np.random.default_rng(0)
     one, many = random_sequences(rng, 1, 128)[0], random_sequences(rng, *THROUGHPUT_SHAPE)
@@ -80,7 +78,7 @@ def bench_model(name: str, cache: Path, ceiling: dict, fa3: bool) -> dict:
     assert cos >= 0.999, f"{name}: embeddings disagree with the peer (min cosine {cos:.5f})"
     result["transformers"] = peer_numbers(peer, one, many)
     del peer, engine
-    for label, config in variants(str(folder), _head_dim(folder), fa3).items():
+    for label, config in variants(str(folder), _head_dim(folder), attention).items():
         engine = Engine(config)
         tps = engine_throughput(engine, many)
         result[label] = {"latency_1x128_ms": engine_latency(engine, one), "tokens_per_s_64x512": tps,
@@ -121,11 +119,13 @@ def main():
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--cache", type=Path, default=Path("/tmp/embedpipe-bench-models"))
     parser.add_argument("--models", default="minilm,bert-base,qwen3-0.6b")
-    parser.add_argument("--fa3", default="", help="models to also time with FlashInfer's fa3 (compiles ~2 min a head_dim)")
+    parser.add_argument("--attention", default="fa2,fa3,torch-varlen",
+                        help="other attention backends to time as ablations (fa3 compiles ~2 min a head_dim)")
     args = parser.parse_args()
     results = {"environment": environment(), "ceilings": ceilings(), "models": {}}
     for name in args.models.split(","):
-        results["models"][name] = bench_model(name, args.cache, results["ceilings"], name in args.fa3.split(","))
+        results["models"][name] = bench_model(name, args.cache, results["ceilings"],
+                                              [a for a in args.attention.split(",") if a])
         write_results(results, args.out, table(results))
         print(table(results), flush=True)
 

@@ -44,29 +44,28 @@ def _add_rms_norm_kernel(X, R, W, Out, Sum, stride_x, stride_r, N, eps,
 
 
 @triton.jit
-def _qk_norm_rope_kernel(QKV, QW, KW, Pos, Cos, Sin, stride_t, stride_cos, num_heads, eps,
-                         HALF: tl.constexpr):
-    """One program per (token, q-or-k head): RMSNorm over the head, then rotate-half RoPE, in place."""
-    token, head = tl.program_id(0), tl.program_id(1)
-    base = QKV + token * stride_t + head * 2 * HALF  # k heads follow the q heads
-    cols = tl.arange(0, HALF)
-    x1 = tl.load(base + cols).to(tl.float32)
-    x2 = tl.load(base + HALF + cols).to(tl.float32)
-    rstd = 1.0 / tl.sqrt((tl.sum(x1 * x1, axis=0) + tl.sum(x2 * x2, axis=0)) / (2 * HALF) + eps)
-    if head < num_heads:
-        weight = QW
-    else:
-        weight = KW
-    w1 = tl.load(weight + cols).to(tl.float32)
-    w2 = tl.load(weight + HALF + cols).to(tl.float32)
+def _qk_norm_rope_kernel(QKV, QW, KW, Pos, Cos, Sin, stride_t, stride_cos, num_heads, num_qk_heads, eps,
+                         HALF: tl.constexpr, HEADS: tl.constexpr):
+    """One program per token, all its q and k heads at once: per-head RMSNorm, then rotate-half RoPE, in place."""
+    token = tl.program_id(0)
+    heads = tl.arange(0, HEADS)[:, None]  # [HEADS, 1]; the k heads follow the q heads in qkv
+    cols = tl.arange(0, HALF)[None, :]  # [1, HALF]
+    mask = heads < num_qk_heads
+    base = QKV + token * stride_t + heads * 2 * HALF
+    x1 = tl.load(base + cols, mask=mask, other=0.0).to(tl.float32)
+    x2 = tl.load(base + HALF + cols, mask=mask, other=0.0).to(tl.float32)
+    rstd = 1.0 / tl.sqrt((tl.sum(x1 * x1, axis=1) + tl.sum(x2 * x2, axis=1)) / (2 * HALF) + eps)[:, None]
+    is_q = heads < num_heads
+    w1 = tl.where(is_q, tl.load(QW + cols).to(tl.float32), tl.load(KW + cols).to(tl.float32))
+    w2 = tl.where(is_q, tl.load(QW + HALF + cols).to(tl.float32), tl.load(KW + HALF + cols).to(tl.float32))
     dtype = QKV.dtype.element_ty
     n1 = ((x1 * rstd).to(dtype).to(tl.float32) * w1).to(dtype).to(tl.float32)
     n2 = ((x2 * rstd).to(dtype).to(tl.float32) * w2).to(dtype).to(tl.float32)
     pos = tl.load(Pos + token)
     c = tl.load(Cos + pos * stride_cos + cols).to(dtype).to(tl.float32)
     s = tl.load(Sin + pos * stride_cos + cols).to(dtype).to(tl.float32)
-    tl.store(base + cols, (n1 * c - n2 * s).to(dtype))
-    tl.store(base + HALF + cols, (n2 * c + n1 * s).to(dtype))
+    tl.store(base + cols, (n1 * c - n2 * s).to(dtype), mask=mask)
+    tl.store(base + HALF + cols, (n2 * c + n1 * s).to(dtype), mask=mask)
 
 
 @triton.jit
@@ -113,9 +112,10 @@ class TritonOps:
     def pool(hidden, cu_seqlens, seq_ids, mode: str, dim: int, normalize: bool):
         num_slots = cu_seqlens.shape[0] - 1
         out = torch.empty((num_slots, dim), dtype=torch.float32, device=hidden.device)
+        block = triton.next_power_of_2(dim)
         _pool_kernel[(num_slots,)](hidden, cu_seqlens, out, hidden.stride(0), hidden.shape[0], dim, 1e-12,
-                                   MODE=POOL_MODES[mode], NORMALIZE=normalize, BLOCK_T=16,
-                                   BLOCK=triton.next_power_of_2(dim))
+                                   MODE=POOL_MODES[mode], NORMALIZE=normalize, BLOCK_T=max(1, 16384 // block),
+                                   BLOCK=block, num_warps=8)
         return out
 
     @staticmethod
@@ -140,9 +140,10 @@ class TritonOps:
     @staticmethod
     def qk_norm_rope(qkv, q_weight, k_weight, positions, cos, sin, num_heads, num_kv_heads, head_dim, eps):
         num_tokens = qkv.shape[0]
-        _qk_norm_rope_kernel[(num_tokens, num_heads + num_kv_heads)](
-            qkv, q_weight, k_weight, positions, cos, sin, qkv.stride(0), cos.stride(0), num_heads, eps,
-            HALF=head_dim // 2)
+        num_qk_heads = num_heads + num_kv_heads
+        _qk_norm_rope_kernel[(num_tokens,)](
+            qkv, q_weight, k_weight, positions, cos, sin, qkv.stride(0), cos.stride(0), num_heads, num_qk_heads, eps,
+            HALF=head_dim // 2, HEADS=triton.next_power_of_2(num_qk_heads))
         q_size, kv_size = num_heads * head_dim, num_kv_heads * head_dim
         q = qkv[:, :q_size].view(num_tokens, num_heads, head_dim)
         k = qkv[:, q_size:q_size + kv_size].view(num_tokens, num_kv_heads, head_dim)

@@ -51,7 +51,8 @@ def _same_key_batches(rng, count, num_seqs=10, num_tokens=1000):
         yield [rng.integers(1000, 30000, size=n).tolist() for n in lengths]
 
 
-@pytest.mark.parametrize("model,attention", [("minilm", "auto"), ("bert-base", "fa2"), ("bert-base", "torch-varlen"),
+@pytest.mark.parametrize("model,attention", [("minilm", "auto"), ("bert-base", "auto"), ("bert-base", "fa2"),
+                                             ("bert-base", "torch-varlen"), ("qwen3-0.6b", "auto"),
                                              ("qwen3-0.6b", "fa2")])
 def test_graph_replay_equals_eager(tmp_path, model, attention):
     if model != "minilm":
