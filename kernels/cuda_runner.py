@@ -30,10 +30,11 @@ class PinnedSlots:
     resolves the LazyTensor that still reads the slot, if any.
     """
 
-    def __init__(self, dtype: torch.dtype, row_shape: tuple[int, ...] = ()):
-        self.dtype, self.row_shape = dtype, row_shape
+    def __init__(self, dtype: torch.dtype, row_shape: tuple[int, ...] = (), make_event=torch.cuda.Event,
+                 pin: bool = True):
+        self.dtype, self.row_shape, self.pin = dtype, row_shape, pin
         self.buffers = [torch.empty((0, *row_shape), dtype=dtype)] * NUM_SLOTS
-        self.events = [torch.cuda.Event() for _ in range(NUM_SLOTS)]
+        self.events = [make_event() for _ in range(NUM_SLOTS)]
         self.readers: list[LazyTensor | None] = [None] * NUM_SLOTS
         self.next = 0
 
@@ -45,7 +46,8 @@ class PinnedSlots:
         self.events[slot].synchronize()
         if self.buffers[slot].shape[0] < rows:
             capacity = max(rows, 2 * self.buffers[slot].shape[0])
-            self.buffers[slot] = torch.empty((capacity, *self.row_shape), dtype=self.dtype).pin_memory()
+            buffer = torch.empty((capacity, *self.row_shape), dtype=self.dtype)
+            self.buffers[slot] = buffer.pin_memory() if self.pin else buffer
         return slot, self.buffers[slot][:rows]
 
 
