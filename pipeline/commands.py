@@ -2,12 +2,24 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
 
 from embedpipe.kernels.engine import Engine, EngineConfig
-from embedpipe.kernels.model_folder import ModelLoadError
+from embedpipe.kernels.model_folder import ModelLoadError, read_model_folder
 
 from .embed import embed_texts, make_tokenizer
+from .config import ConfigError, job_config, merge_options
+from .faiss_index import DuplicateIdError
+from .manifest import SettingsMismatch
+from .outputs import IncompleteOutputs, IndexBuildError, merge_outputs
+from .query import NoIndex, format_hits, query_prompt_name, search
+from .sources import InputError
+from .tokenizer_pool import TokenizerPoolError
+
+# errors a user can fix: exit code 2 and a message
+USER_ERRORS = (ConfigError, InputError, SettingsMismatch, ModelLoadError, IndexBuildError, IncompleteOutputs,
+               DuplicateIdError, NoIndex)
 
 
 def fail(message: str, code: int = 2):
@@ -24,3 +36,63 @@ def run_embed(config: EngineConfig, texts: list[str], prompt: str | None, prompt
     vectors = embed_texts(engine, tokenizer, texts)
     for text, vector in zip(texts, vectors):
         print(json.dumps({"text": text, "embedding": vector.tolist()}, ensure_ascii=False))
+
+
+def run_index(given: dict, config_file) -> None:
+    """Exit codes: 0 done, 1 unexpected error, 2 usage / config / input error, 3 done but for skipped files."""
+    from .job import run_job
+
+    try:
+        job = job_config(merge_options(config_file, given))
+    except ValueError as e:
+        fail(str(e))
+    previous_handler = signal.signal(signal.SIGTERM, _exit_on_sigterm)  # unwind: remove open unit files
+    try:
+        result = run_job(job)
+    except USER_ERRORS as e:
+        fail(str(e))
+    except TokenizerPoolError as e:
+        fail(str(e), 1)
+    except KeyboardInterrupt:
+        fail("interrupted; the completed units are kept, run the same command again to resume", 130)
+    finally:
+        signal.signal(signal.SIGTERM, previous_handler)
+    if result.exit_code == 3:
+        print(f"embedpipe: finished with {len(result.metrics['bad_files'])} bad files skipped (listed in "
+              f"{job.output / 'metrics.json'}); everything else is written", file=sys.stderr)
+    raise SystemExit(result.exit_code)
+
+
+def _exit_on_sigterm(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+def run_merge(outputs: list, into, factory: str, allow_incomplete: bool) -> None:
+    try:
+        meta = merge_outputs(outputs, into, factory, allow_incomplete)
+    except USER_ERRORS as e:
+        fail(str(e))
+    print(f"embedpipe: index of {meta['num_rows']:,} rows ({meta['factory']}, {meta['metric']}) "
+          f"at {into}/index.faiss", file=sys.stderr)
+
+
+def run_query(text: str, index_dir, k: int, as_json: bool, model: str | None, dim: int | None,
+              dtype: str | None, prompt: str | None, prompt_name: str | None, device: str) -> None:
+    """With an index: print the top-k hits of `text`; without: print its embedding, like `embed`."""
+    if index_dir is None:
+        try:
+            config = EngineConfig(model=model or "minilm", dim=dim, output_dtype=dtype or "float32", device=device)
+            prompt_name = query_prompt_name(read_model_folder(config.model), prompt, prompt_name)
+        except (ModelLoadError, ValueError) as e:
+            fail(str(e))
+        run_embed(config, [text], prompt, prompt_name)
+        return
+    if model is not None or dim is not None or dtype is not None:
+        fail("--model, --dim and --dtype come from the index; leave them out with --index")
+    if k <= 0:
+        fail("-k must be positive")
+    try:
+        hits = search(index_dir, text, k, device, prompt, prompt_name)
+    except USER_ERRORS + (ValueError,) as e:
+        fail(str(e))
+    print(format_hits(hits, as_json))

@@ -38,7 +38,7 @@ def build_index(output_dirs: list[Path], index_dir: Path, factory: str = "Flat",
     vector_type = schema.field("embedding").type
     binary = vector_type.value_type == pa.uint8()
     cosine = not binary and not normalized
-    index, used_factory = _new_index(factory, vector_type.list_size, binary)
+    index, used_factory = new_index(factory, vector_type.list_size, binary)
     index_dir = Path(index_dir)
     ids_schema = schema.remove(schema.get_field_index("embedding"))
     with AtomicParquetWriter(index_dir / "index_ids.parquet", ids_schema) as ids_file:
@@ -84,7 +84,7 @@ def _dtype_name(value_type: pa.DataType) -> str:
     return names[0]
 
 
-def _new_index(factory: str, dim: int, binary: bool):
+def new_index(factory: str, dim: int, binary: bool):
     """(empty index, factory string used); binary indexes get the "B" form of the factory."""
     import faiss
 

@@ -55,11 +55,14 @@ class ColumnSpec:
             raise ValueError(f"text, id and kept columns must be distinct and non-empty: {names}")
 
 
-def list_units(inputs: list[str], rows_per_unit: int = 65536) -> list[WorkUnit]:
+def list_units(inputs: list[str], rows_per_unit: int = 65536,
+               bad_files: list[tuple[str, str]] | None = None) -> list[WorkUnit]:
     """Lists the work units of files, folders (recursed, sorted) and glob patterns, in order.
 
     Inside folders, files with unknown extensions and hidden (`.`/`_`-prefixed) entries are
-    ignored; each file is listed once even when reached by several arguments.
+    ignored; each file is listed once even when reached by several arguments. A file that
+    cannot be read raises InputError, or with a `bad_files` list is appended to it as
+    (path, message) and left out.
     """
     if rows_per_unit <= 0:
         raise ValueError("rows_per_unit must be positive")
@@ -74,7 +77,12 @@ def list_units(inputs: list[str], rows_per_unit: int = 65536) -> list[WorkUnit]:
         if path_by_prefix.setdefault(prefix, path) != path:
             raise InputError(f"inputs {path_by_prefix[prefix]} and {path} have the same relative "
                              f"name {prefix!r}; pass their common parent folder instead")
-        units.extend(_units_of(os.path.abspath(path), fmt, prefix, rows_per_unit))
+        try:
+            units.extend(_units_of(os.path.abspath(path), fmt, prefix, rows_per_unit))
+        except InputError as error:
+            if bad_files is None:
+                raise
+            bad_files.append((os.path.abspath(path), str(error)))
     return units
 
 

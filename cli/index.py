@@ -1,0 +1,110 @@
+"""`embedpipe index`, `merge` and `query`: options -> pipeline calls. Registered on the app in cli/main.py."""
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from embedpipe.cli.options import DEVICE, DIM, DTYPE, MODEL, PROMPT, PROMPT_NAME, Device, OutputDtype
+from embedpipe.pipeline.config import IndexOptions
+
+DEFAULTS = IndexOptions()
+
+
+class Precision(str, Enum):
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+    float16 = "float16"
+
+
+class BadRowPolicy(str, Enum):
+    skip = "skip"
+    fail = "fail"
+
+
+def given_options(ctx: typer.Context) -> dict:
+    """The options typed on the command line (not defaults), as plain values."""
+    given = {}
+    for name, value in ctx.params.items():
+        source = ctx.get_parameter_source(name)  # typer vendors click: compare the enum by name
+        if name != "config" and source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP"):
+            given[name] = tuple(value) if isinstance(value, list) else getattr(value, "value", value)
+    return given
+
+
+def index(
+    ctx: typer.Context,
+    inputs: Optional[list[str]] = typer.Argument(
+        None, help="Parquet / JSONL / CSV files, folders, globs, or datasets saved with save_to_disk."),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help="Output folder (required, here or in --config)."),
+    config: Optional[Path] = typer.Option(
+        None, "--config", help="TOML file of these options (same names, dashes or underscores); the command line wins."),
+    model: str = MODEL, device: Device = DEVICE,
+    precision: Optional[Precision] = typer.Option(
+        None, "--precision", help="Weights and activations (default: bfloat16 on CUDA, float32 on CPU)."),
+    dtype: OutputDtype = DTYPE, dim: Optional[int] = DIM,
+    prompt: Optional[str] = PROMPT, prompt_name: Optional[str] = PROMPT_NAME,
+    text_column: str = typer.Option(DEFAULTS.text_column, "--text-column", help="Column of the texts."),
+    id_column: Optional[str] = typer.Option(
+        None, "--id-column", help="Column of the ids (default: id when present, else FILE:ROW)."),
+    keep_columns: Optional[list[str]] = typer.Option(
+        None, "--keep-columns", help="Columns stored next to each embedding (comma-separated, or repeat the option)."),
+    index_factory: str = typer.Option(
+        DEFAULTS.index_factory, "--index-factory", help="FAISS index: Flat, HNSW32, IVF4096,PQ64, ..."),
+    rows_per_unit: int = typer.Option(
+        DEFAULTS.rows_per_unit, "--rows-per-unit", help="Rows per unit of work (whole Parquet row groups)."),
+    read_rows: int = typer.Option(DEFAULTS.read_rows, "--read-rows", help="Rows per read batch and tokenizer chunk."),
+    max_batch_tokens: Optional[int] = typer.Option(
+        None, "--max-batch-tokens", help="Padded tokens per engine batch (default: 16384 on a GPU, 4096 on the CPU)."),
+    max_batch_seqs: int = typer.Option(DEFAULTS.max_batch_seqs, "--max-batch-seqs", help="Texts per engine batch."),
+    workers: Optional[int] = typer.Option(
+        None, "--workers",
+        help="Tokenizer processes (default: CPU count - 1 on a GPU; 0 on the CPU: tokenize in the main process)."),
+    shard_index: Optional[int] = typer.Option(None, "--shard-index", help="This job's shard, 0 to num-shards - 1."),
+    num_shards: Optional[int] = typer.Option(
+        None, "--num-shards", help="Split the units into this many shards (index them with `embedpipe merge`)."),
+    on_bad_row: BadRowPolicy = typer.Option(
+        BadRowPolicy(DEFAULTS.on_bad_row), "--on-bad-row",
+        help="A null, empty or whitespace text: skip (record it in rejected.parquet) or fail."),
+    skip_bad_files: bool = typer.Option(
+        False, "--skip-bad-files", help="Record unreadable files in metrics.json and go on (exit code 3)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Discard OUTPUT's results when its settings differ."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
+):
+    """Embed every row of INPUTS into OUTPUT: Parquet per unit, then a FAISS index. Resumable."""
+    from embedpipe.pipeline.commands import run_index
+    run_index(given_options(ctx), config)
+
+
+def merge(
+    outputs: list[Path] = typer.Argument(..., help="Output folders of one job, e.g. its shards."),
+    into: Optional[Path] = typer.Option(None, "--into", help="Folder for the index (default: the first OUTPUT)."),
+    index_factory: str = typer.Option(DEFAULTS.index_factory, "--index-factory", help="FAISS index factory."),
+    allow_incomplete: bool = typer.Option(
+        False, "--allow-incomplete", help="Index what is done even when some units of the job are not."),
+):
+    """Build one FAISS index over several OUTPUT folders (the shards of one job)."""
+    from embedpipe.pipeline.commands import run_merge
+    run_merge(outputs, into or outputs[0], index_factory, allow_incomplete)
+
+
+def query(
+    text: str = typer.Argument(..., help="The query text."),
+    index: Optional[Path] = typer.Option(
+        None, "--index", help="An output folder with an index; without it, print the embedding."),
+    k: int = typer.Option(10, "-k", "--top-k", help="Hits to print."),
+    as_json: bool = typer.Option(False, "--json", help="Print the hits as JSON."),
+    model: Optional[str] = typer.Option(
+        None, "--model", "-m", help="Without --index: the model (default: minilm). With it, the index's model is used."),
+    dim: Optional[int] = DIM, dtype: Optional[OutputDtype] = typer.Option(
+        None, "--dtype", help="Without --index: the output dtype (default: float32)."),
+    prompt: Optional[str] = PROMPT,
+    prompt_name: Optional[str] = typer.Option(
+        None, "--prompt-name", help="A prompt of the model (default: its `query` prompt when it has one)."),
+    device: Device = DEVICE,
+):
+    """Embed TEXT with the index's model and settings (query prompt applied) and print the top-k rows."""
+    from embedpipe.pipeline.commands import run_query
+    run_query(text, index, k, as_json, model, dim, dtype and dtype.value, prompt, prompt_name, device.value)

@@ -1,0 +1,33 @@
+"""Choices and options shared by several commands."""
+from __future__ import annotations
+
+from enum import Enum
+from typing import Optional
+
+import typer
+
+
+class OutputDtype(str, Enum):
+    float32 = "float32"
+    float16 = "float16"
+    int8 = "int8"
+    binary = "binary"
+
+
+class Device(str, Enum):
+    auto = "auto"
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+MODEL = typer.Option("minilm", "--model", "-m", help="Short name (minilm) or a local model folder.")
+DIM = typer.Option(None, "--dim", help="Matryoshka truncation to this many dimensions.")
+DTYPE = typer.Option(OutputDtype.float32, "--dtype", help="Output dtype (int8: round(tanh(x)*127); binary: packed bits).")
+PROMPT = typer.Option(None, "--prompt", help="Literal prompt prepended to every text.")
+PROMPT_NAME = typer.Option(None, "--prompt-name", help="A prompt named in the model's sentence-transformers config.")
+DEVICE = typer.Option(Device.auto, "--device", help="auto: CUDA when available, else CPU.")
+
+
+def engine_config(model: str, dim: Optional[int], dtype: OutputDtype, device: Device):
+    from embedpipe.kernels.engine import EngineConfig
+    return EngineConfig(model=model, dim=dim, output_dtype=dtype.value, device=device.value)

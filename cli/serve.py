@@ -1,0 +1,46 @@
+"""`embedpipe serve`: options -> ServeConfig. Registered on the app in cli/main.py."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from embedpipe.cli.options import MODEL
+
+
+def serve(model: str = MODEL,
+          index: Optional[Path] = typer.Option(None, "--index", help="An index folder to search (/v1/search)."),
+          host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
+          port: int = typer.Option(8080, "--port", help="Port to listen on."),
+          device: str = typer.Option("auto", "--device", help="auto (CUDA when available), cpu, cuda or cuda:N."),
+          max_inputs: int = typer.Option(2048, "--max-inputs", help="Most inputs (texts or token lists) per request."),
+          max_input_tokens: Optional[int] = typer.Option(
+              None, "--max-input-tokens", help="Most tokens per input (default: the model's max_seq_length)."),
+          truncate: bool = typer.Option(
+              True, "--truncate/--no-truncate",
+              help="Cut longer inputs to --max-input-tokens, or reject them (400); a request's \"truncate\" overrides."),
+          max_queue: int = typer.Option(512, "--max-queue", help="Requests queued or running at once; more get 429."),
+          request_timeout: float = typer.Option(30.0, "--request-timeout", help="Seconds per request; then 504."),
+          max_batch_tokens: int = typer.Option(16384, "--max-batch-tokens", help="Padded tokens per engine batch."),
+          tokenizer_threads: int = typer.Option(4, "--tokenizer-threads", help="Threads that tokenise requests.")):
+    """Serve OpenAI-compatible /v1/embeddings (and /v1/search with --index) over HTTP."""
+    from embedpipe.kernels.engine import EngineConfig
+    from embedpipe.pipeline.batcher import BatcherConfig
+    from embedpipe.pipeline.commands import fail
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
+        fail(f"--device must be auto, cpu, cuda or cuda:N, not {device!r}")
+    try:
+        from embedpipe.pipeline.serve import ServeConfig, run_server
+    except ImportError as e:
+        fail(f"{e.name} is missing; install the server extra: pip install 'embedpipe[serve]'")
+    try:
+        config = ServeConfig(engine=EngineConfig(model=model, device=device), index=index, host=host, port=port,
+                             max_inputs=max_inputs, max_input_tokens=max_input_tokens, truncate=truncate,
+                             max_queue=max_queue, request_timeout=request_timeout,
+                             batching=BatcherConfig(max_batch_tokens=max_batch_tokens),
+                             tokenizer_threads=tokenizer_threads)
+    except ValueError as e:
+        fail(str(e))
+    run_server(config)

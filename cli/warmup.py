@@ -1,0 +1,20 @@
+"""`embedpipe warmup`: options."""
+from __future__ import annotations
+
+from typing import Optional
+
+from embedpipe.cli.options import DEVICE, DIM, DTYPE, MODEL, Device, OutputDtype, engine_config
+
+
+def warmup(model: str = MODEL, dim: Optional[int] = DIM, dtype: OutputDtype = DTYPE, device: Device = DEVICE):
+    """Compile MODEL's kernels ahead of a job so a cron run does not pay for it.
+
+    FlashInfer compiles its attention kernels on first use (25-120 s per configuration on an H200)
+    into ~/.cache/flashinfer; Triton caches in ~/.triton. Run once per machine image.
+    """
+    from embedpipe.pipeline.commands import fail
+    from embedpipe.pipeline.warmup import run_warmup
+    try:
+        run_warmup(engine_config(model, dim, dtype, device))
+    except (ValueError, OSError) as e:
+        fail(str(e))

@@ -1,0 +1,177 @@
+"""The index job's configuration: flat options (the CLI and TOML files share their names) and JobConfig.
+
+Importing this module imports neither torch nor pyarrow: the CLI reads option defaults from it.
+"""
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from embedpipe.kernels.engine import EngineConfig
+    from embedpipe.pipeline.batcher import BatcherConfig
+    from embedpipe.pipeline.sources import ColumnSpec
+
+BAD_ROW_POLICIES = ("skip", "fail")
+# On the CPU, torch already runs on every core: tokenizer processes would only contend with it,
+# and batches of a few thousand tokens keep the activations in cache (faster than 16384 there).
+CPU_BATCH_TOKENS = 4096
+CPU_WORKERS = 0
+
+
+class ConfigError(ValueError):
+    """Options or a config file that cannot make a job; the message says which."""
+
+
+@dataclass(frozen=True)
+class IndexOptions:
+    """The `index` command's options by name. A TOML config file uses the same names."""
+
+    inputs: tuple[str, ...] = ()
+    output: str | None = None
+    model: str = "minilm"
+    device: str = "auto"
+    precision: str | None = None  # weights and activations; None: bfloat16 on CUDA, float32 on CPU
+    dtype: str = "float32"  # stored embeddings
+    dim: int | None = None
+    prompt: str | None = None
+    prompt_name: str | None = None
+    text_column: str = "text"
+    id_column: str | None = None  # None: `id` when the input has it, else FILE:ROW
+    keep_columns: tuple[str, ...] = ()  # names, or comma-separated lists of names
+    index_factory: str = "Flat"
+    rows_per_unit: int = 65536
+    read_rows: int = 1024
+    max_batch_tokens: int | None = None  # None: 16384 on a GPU, CPU_BATCH_TOKENS on the CPU
+    max_batch_seqs: int = 512
+    workers: int | None = None  # tokenizer processes; None: CPU count - 1 on a GPU, CPU_WORKERS on the CPU
+    shard_index: int | None = None
+    num_shards: int | None = None
+    on_bad_row: str = "skip"
+    skip_bad_files: bool = False
+    overwrite: bool = False
+    quiet: bool = False
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    """Everything one `index` run needs, validated."""
+
+    inputs: tuple[str, ...]
+    output: Path
+    columns: ColumnSpec
+    engine: EngineConfig
+    batching: BatcherConfig
+    num_workers: int | None = None
+    rows_per_unit: int = 65536
+    read_rows: int = 1024  # rows per record batch read, and per tokenizer chunk
+    index_factory: str = "Flat"
+    shard_index: int = 0
+    num_shards: int = 1
+    on_bad_row: str = "skip"
+    skip_bad_files: bool = False
+    overwrite: bool = False
+    quiet: bool = False
+    prompt: str | None = None
+    prompt_name: str | None = None
+
+    def __post_init__(self):
+        if not self.inputs:
+            raise ConfigError("no inputs: name input files, folders or globs (or `inputs` in the config file)")
+        if self.rows_per_unit <= 0 or self.read_rows <= 0:
+            raise ConfigError("rows-per-unit and read-rows must be positive")
+        if not 0 <= self.shard_index < self.num_shards:
+            raise ConfigError(f"shard-index must be in [0, num-shards), got {self.shard_index} of {self.num_shards}")
+        if self.on_bad_row not in BAD_ROW_POLICIES:
+            raise ConfigError(f"on-bad-row must be one of {', '.join(BAD_ROW_POLICIES)}, not {self.on_bad_row!r}")
+        if self.num_workers is not None and self.num_workers < 0:
+            raise ConfigError("workers must be >= 0 (0 tokenizes in the main process)")
+        if self.prompt is not None and self.prompt_name is not None:
+            raise ConfigError("give either prompt or prompt-name, not both")
+
+    @property
+    def sharded(self) -> bool:
+        return self.num_shards > 1
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """Option values from a TOML file: a flat table, keys spelled like the options (dashes or underscores)."""
+    try:
+        with open(path, "rb") as file:
+            table = tomllib.load(file)
+    except OSError as error:
+        raise ConfigError(f"cannot read config file {path}: {error.strerror or error}") from error
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{path} is not valid TOML: {error}") from error
+    annotations = {f.name: f.type for f in fields(IndexOptions)}
+    values = {}
+    for key, value in table.items():
+        name = key.replace("-", "_")
+        if name not in annotations:
+            known = ", ".join(n.replace("_", "-") for n in annotations)
+            raise ConfigError(f"{path}: unknown option {key!r}; options are: {known}")
+        values[name] = _checked(path, key, annotations[name], value)
+    return values
+
+
+def _checked(path, key: str, annotation: str, value: Any) -> Any:
+    kind = annotation.split(" | ")[0]
+    if kind == "tuple[str, ...]":
+        value = [value] if isinstance(value, str) else value
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return tuple(value)
+    elif isinstance(value, {"str": str, "int": int, "bool": bool}[kind]) and \
+            not (kind == "int" and isinstance(value, bool)):
+        return value
+    expected = "a list of strings" if kind.startswith("tuple") else f"a {kind}"
+    raise ConfigError(f"{path}: {key} must be {expected}, not {value!r}")
+
+
+def merge_options(config_file: str | Path | None, given: dict[str, Any]) -> IndexOptions:
+    """Defaults, then the config file's values, then the options given on the command line."""
+    from_file = read_config_file(config_file) if config_file is not None else {}
+    return replace(IndexOptions(), **{**from_file, **given})
+
+
+def split_names(values: tuple[str, ...]) -> tuple[str, ...]:
+    """("a,b", "c") -> ("a", "b", "c")."""
+    return tuple(name.strip() for value in values for name in value.split(",") if name.strip())
+
+
+def job_config(options: IndexOptions) -> JobConfig:
+    """Builds and validates the job's configs; raises ConfigError / ValueError with the reason."""
+    from embedpipe.kernels.engine import EngineConfig
+    from embedpipe.kernels.graph_cache import GraphConfig
+    from embedpipe.pipeline.batcher import BatcherConfig
+    from embedpipe.pipeline.sources import ColumnSpec
+
+    o = options
+    if o.output is None:
+        raise ConfigError("no output folder: pass --output (or `output` in the config file)")
+    if (o.shard_index is None) != (o.num_shards is None):
+        raise ConfigError("--shard-index and --num-shards go together")
+    on_cpu = _device_type(o.device) == "cpu"
+    max_batch_tokens = o.max_batch_tokens or (CPU_BATCH_TOKENS if on_cpu else BatcherConfig().max_batch_tokens)
+    graphs = GraphConfig(max_graph_tokens=max(max_batch_tokens, GraphConfig().max_graph_tokens))
+    engine = EngineConfig(model=o.model, device=o.device, dtype=o.precision, dim=o.dim,
+                          output_dtype=o.dtype, graphs=graphs)
+    return JobConfig(
+        inputs=tuple(o.inputs), output=Path(o.output),
+        columns=ColumnSpec(o.text_column, o.id_column, split_names(o.keep_columns)),
+        engine=engine, batching=BatcherConfig(max_batch_tokens, o.max_batch_seqs),
+        num_workers=CPU_WORKERS if o.workers is None and on_cpu else o.workers,
+        rows_per_unit=o.rows_per_unit, read_rows=o.read_rows, index_factory=o.index_factory,
+        shard_index=o.shard_index or 0, num_shards=o.num_shards or 1, on_bad_row=o.on_bad_row,
+        skip_bad_files=o.skip_bad_files, overwrite=o.overwrite, quiet=o.quiet, prompt=o.prompt,
+        prompt_name=o.prompt_name)
+
+
+def _device_type(device: str) -> str:
+    from embedpipe.kernels.engine import EngineConfig
+
+    try:
+        return EngineConfig(device=device).torch_device().type
+    except RuntimeError as error:
+        raise ConfigError(f"device must be auto, cpu, cuda or cuda:N, not {device!r}") from error

@@ -1,0 +1,63 @@
+"""The server's Prometheus metrics, on a registry of its own (one per app)."""
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
+from prometheus_client.core import CounterMetricFamily
+
+from embedpipe.kernels.batch import Batch
+
+SECONDS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+POWERS_OF_TWO = tuple(float(1 << i) for i in range(11))  # 1 .. 1024
+TOKENS = tuple(float(64 << i) for i in range(11))  # 64 .. 65536
+
+
+class EngineCounters:
+    """Graph replays, captures and eager runs, read from the engine when scraped."""
+
+    def __init__(self, engine):
+        self.engine = engine
+
+    def collect(self):
+        for name, value in self.engine.counters.as_dict().items():
+            family = CounterMetricFamily(f"embedpipe_{name}", f"Engine batches: {name.replace('_', ' ')}")
+            family.add_metric([], value)
+            yield family
+
+
+class Metrics:
+    def __init__(self, engine):
+        disable_created_metrics()  # no *_created series: half the lines, nothing anyone graphs
+        self.registry = registry = CollectorRegistry()
+        self.requests = Counter("embedpipe_requests", "HTTP requests answered", ["endpoint", "status"],
+                                registry=registry)
+        self.request_seconds = Histogram("embedpipe_request_seconds", "Request latency, arrival to response",
+                                         ["endpoint"], buckets=SECONDS, registry=registry)
+        self.active = Gauge("embedpipe_requests_active", "Requests admitted and not yet answered (the queue)",
+                            registry=registry)
+        self.inputs = Counter("embedpipe_inputs", "Texts or token-id lists embedded", registry=registry)
+        self.tokens = Counter("embedpipe_tokens", "Tokens embedded (prompts and special tokens included)",
+                              registry=registry)
+        self.queue_seconds = Histogram("embedpipe_queue_seconds", "Submission to the first batch of a request",
+                                       buckets=SECONDS, registry=registry)
+        self.batch_sequences = Histogram("embedpipe_batch_sequences", "Sequences per batch",
+                                         buckets=POWERS_OF_TWO, registry=registry)
+        self.batch_tokens = Histogram("embedpipe_batch_tokens", "Real tokens per batch", buckets=TOKENS,
+                                      registry=registry)
+        self.padded_tokens = Counter("embedpipe_batch_padded_tokens", "Tokens launched, padding included",
+                                     registry=registry)
+        registry.register(EngineCounters(engine))
+
+    def on_batch(self, batch: Batch, queue_seconds: list[float]) -> None:
+        """Called by the engine thread for every batch it launches."""
+        self.batch_sequences.observe(batch.num_seqs)
+        self.batch_tokens.observe(batch.num_tokens)
+        self.padded_tokens.inc(batch.key[0])
+        for seconds in queue_seconds:
+            self.queue_seconds.observe(seconds)
+
+    def answered(self, endpoint: str, status: int, seconds: float) -> None:
+        self.requests.labels(endpoint, str(status)).inc()
+        self.request_seconds.labels(endpoint).observe(seconds)
+
+    def text(self) -> bytes:
+        return generate_latest(self.registry)

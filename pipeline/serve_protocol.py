@@ -1,0 +1,202 @@
+"""The server's wire format: OpenAI-compatible embeddings and search requests in, JSON bytes out.
+
+Parsing checks every field and raises `ApiError` with a message that names the field and the
+problem; nothing here touches the engine, the network or the event loop.
+"""
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+ENCODING_FORMATS = ("float", "base64")
+MAX_SEARCH_K = 1000
+
+
+class ApiError(Exception):
+    """A request the server answers with `status` and an OpenAI-style error body."""
+
+    def __init__(self, status: int, message: str, param: str | None = None, kind: str = "invalid_request_error"):
+        super().__init__(message)
+        self.status, self.message, self.param, self.kind = status, message, param, kind
+
+    def body(self) -> bytes:
+        error = {"message": self.message, "type": self.kind, "param": self.param, "code": self.status}
+        return dumps({"error": error})
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may ask for."""
+
+    max_inputs: int  # inputs per request
+    max_input_tokens: int  # tokens per input, prompt and special tokens included
+    truncate: bool  # the default: cut longer inputs (True) or reject them (False)
+    dim: int  # the model's output dimension: the most `dimensions` may ask for
+    vocab_size: int  # token ids must be below this
+
+
+@dataclass(frozen=True)
+class EmbeddingsRequest:
+    texts: list[str] | None  # exactly one of texts and token_ids
+    token_ids: list[list[int]] | None
+    dimensions: int | None
+    encoding_format: str
+    truncate: bool
+    prompt_name: str | None
+
+    @property
+    def num_inputs(self) -> int:
+        return len(self.texts if self.texts is not None else self.token_ids)
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    queries: list[str]
+    k: int
+    truncate: bool
+
+
+def dumps(payload) -> bytes:
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False, default=str).encode()
+
+
+def parse_json(body: bytes) -> dict:
+    try:
+        payload = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ApiError(400, f"the request body is not valid JSON ({e})") from None
+    if not isinstance(payload, dict):
+        raise ApiError(400, "the request body must be a JSON object")
+    return payload
+
+
+def parse_embeddings(body: bytes, limits: Limits) -> EmbeddingsRequest:
+    payload = parse_json(body)
+    texts, token_ids = _inputs(payload.get("input"), limits)
+    encoding_format = payload.get("encoding_format") or "float"
+    if encoding_format not in ENCODING_FORMATS:
+        raise ApiError(400, f"encoding_format must be 'float' or 'base64', not {encoding_format!r}", "encoding_format")
+    return EmbeddingsRequest(texts, token_ids, _dimensions(payload.get("dimensions"), limits.dim), encoding_format,
+                             _truncate(payload, limits), _optional_str(payload, "prompt_name"))
+
+
+def parse_search(body: bytes, limits: Limits) -> SearchRequest:
+    payload = parse_json(body)
+    queries = payload.get("query")
+    if isinstance(queries, str):
+        queries = [queries]
+    if not isinstance(queries, list) or not queries or not all(isinstance(q, str) and q for q in queries):
+        raise ApiError(400, "query must be a non-empty string or a non-empty list of non-empty strings", "query")
+    if len(queries) > limits.max_inputs:
+        raise ApiError(400, f"query has {len(queries)} texts; at most {limits.max_inputs} per request", "query")
+    k = payload.get("k", 10)
+    if not _is_int(k) or not 1 <= k <= MAX_SEARCH_K:
+        raise ApiError(400, f"k must be an integer from 1 to {MAX_SEARCH_K}, not {k!r}", "k")
+    return SearchRequest(queries, k, _truncate(payload, limits))
+
+
+def _inputs(value, limits: Limits) -> tuple[list[str] | None, list[list[int]] | None]:
+    """(texts, None) or (None, token id lists) from OpenAI's `input`: a string, strings, token ids or lists of them."""
+    if value is None:
+        raise ApiError(400, "input is required", "input")
+    if isinstance(value, str):
+        value = [value]
+    elif isinstance(value, list) and value and all(_is_int(v) for v in value):
+        value = [value]  # one token-id list
+    if not isinstance(value, list):
+        raise ApiError(400, f"input must be a string, a list of strings or a list of token-id lists, "
+                            f"not {type(value).__name__}", "input")
+    if not value:
+        raise ApiError(400, "input is empty", "input")
+    if len(value) > limits.max_inputs:
+        raise ApiError(400, f"input has {len(value)} items; at most {limits.max_inputs} per request", "input")
+    kind = str if isinstance(value[0], str) else list
+    odd = next((i for i, v in enumerate(value) if not isinstance(v, kind)), None)
+    if odd is not None:
+        raise ApiError(400, "input must hold only strings or only token-id lists; "
+                            f"input[{odd}] is {type(value[odd]).__name__}", "input")
+    return (_texts(value), None) if kind is str else (None, _token_ids(value, limits))
+
+
+def _texts(texts: list[str]) -> list[str]:
+    for i, text in enumerate(texts):
+        if not text:
+            raise ApiError(400, f"input[{i}] is an empty string", "input")
+    return texts
+
+
+def _token_ids(lists: list[list], limits: Limits) -> list[list[int]]:
+    for i, ids in enumerate(lists):
+        if not ids:
+            raise ApiError(400, f"input[{i}] is an empty token-id list", "input")
+        if not all(_is_int(t) and 0 <= t < limits.vocab_size for t in ids):
+            raise ApiError(400, f"input[{i}] must hold integer token ids in [0, {limits.vocab_size})", "input")
+    return lists
+
+
+def _dimensions(value, dim: int) -> int | None:
+    if value is None:
+        return None
+    if not _is_int(value) or not 1 <= value <= dim:
+        raise ApiError(400, f"dimensions must be an integer from 1 to {dim} (the model's dimension), "
+                            f"not {value!r}", "dimensions")
+    return value
+
+
+def _truncate(payload: dict, limits: Limits) -> bool:
+    value = payload.get("truncate", limits.truncate)
+    if not isinstance(value, bool):
+        raise ApiError(400, f"truncate must be true or false, not {value!r}", "truncate")
+    return value
+
+
+def _optional_str(payload: dict, name: str) -> str | None:
+    value = payload.get(name)
+    if value is not None and not isinstance(value, str):
+        raise ApiError(400, f"{name} must be a string, not {value!r}", name)
+    return value
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_lengths(lengths: list[int], truncated: list[bool], limit: int) -> None:
+    """Rejects the first input over `limit` tokens (inputs are cut to the limit only when truncation is on)."""
+    for i, (length, cut) in enumerate(zip(lengths, truncated)):
+        if cut or length > limit:
+            raise ApiError(400, f"input[{i}] is longer than {limit} tokens; shorten it or send \"truncate\": true",
+                           "input")
+
+
+def shorten(vectors: np.ndarray, dimensions: int | None, normalize: bool) -> np.ndarray:
+    """Matryoshka: [n, dim] -> [n, dimensions], re-normalised when the model's outputs are normalised."""
+    if dimensions is None or dimensions == vectors.shape[1]:
+        return vectors
+    short = vectors[:, :dimensions]
+    if normalize:
+        short = short / np.maximum(np.linalg.norm(short, axis=1, keepdims=True), 1e-12)
+    return short.astype(np.float32, copy=False)
+
+
+def embeddings_response(vectors: np.ndarray, encoding_format: str, model: str, num_tokens: int) -> bytes:
+    """OpenAI's embeddings response; base64 is the little-endian float32 bytes of each vector."""
+    vectors = np.ascontiguousarray(vectors, dtype="<f4")
+    if encoding_format == "base64":
+        encoded = [base64.b64encode(row.tobytes()).decode("ascii") for row in vectors]
+    else:
+        encoded = vectors.tolist()
+    data = [{"object": "embedding", "index": i, "embedding": e} for i, e in enumerate(encoded)]
+    return dumps({"object": "list", "data": data, "model": model, "usage": usage(num_tokens)})
+
+
+def search_response(hits: list[list[dict]], model: str, num_tokens: int) -> bytes:
+    data = [{"object": "search_result", "index": i, "hits": h} for i, h in enumerate(hits)]
+    return dumps({"object": "list", "data": data, "model": model, "usage": usage(num_tokens)})
+
+
+def usage(num_tokens: int) -> dict:
+    return {"prompt_tokens": num_tokens, "total_tokens": num_tokens}

@@ -1,0 +1,107 @@
+"""The server's wire format, without a server: parsing, errors, Matryoshka, base64, index queries."""
+import base64
+import json
+
+import numpy as np
+import pytest
+
+from embedpipe.pipeline.serve import index_queries
+from embedpipe.pipeline.serve_protocol import (ApiError, Limits, check_lengths, embeddings_response,
+                                               parse_embeddings, parse_search, shorten)
+
+LIMITS = Limits(max_inputs=4, max_input_tokens=8, truncate=True, dim=16, vocab_size=100)
+
+
+def parse(payload, limits=LIMITS):
+    return parse_embeddings(json.dumps(payload).encode(), limits)
+
+
+@pytest.mark.parametrize("value, texts, token_ids", [
+    ("one", ["one"], None),
+    (["a", "b"], ["a", "b"], None),
+    ([1, 2, 3], None, [[1, 2, 3]]),
+    ([[1, 2], [3]], None, [[1, 2], [3]]),
+])
+def test_input_forms(value, texts, token_ids):
+    request = parse({"input": value, "model": "anything"})
+    assert (request.texts, request.token_ids) == (texts, token_ids)
+    assert (request.encoding_format, request.dimensions, request.truncate) == ("float", None, True)
+
+
+@pytest.mark.parametrize("payload, fragment", [
+    ({}, "input is required"),
+    ({"input": ""}, "input[0] is an empty string"),
+    ({"input": []}, "input is empty"),
+    ({"input": [[]]}, "input[0] is an empty token-id list"),
+    ({"input": ["a"] * 5}, "at most 4 per request"),
+    ({"input": 7}, "not int"),
+    ({"input": ["a", [1]]}, "only strings or only token-id lists; input[1] is list"),
+    ({"input": [{"text": "a"}]}, "input[0] is dict"),
+    ({"input": [[1, 2.5]]}, "integer token ids in [0, 100)"),
+    ({"input": [[1, 100]]}, "integer token ids in [0, 100)"),
+    ({"input": "a", "dimensions": 17}, "dimensions must be an integer from 1 to 16"),
+    ({"input": "a", "dimensions": 0}, "dimensions must be"),
+    ({"input": "a", "dimensions": "8"}, "dimensions must be"),
+    ({"input": "a", "encoding_format": "int8"}, "encoding_format must be"),
+    ({"input": "a", "truncate": "no"}, "truncate must be true or false"),
+    ({"input": "a", "prompt_name": 3}, "prompt_name must be a string"),
+])
+def test_bad_embeddings_requests_name_the_problem(payload, fragment):
+    with pytest.raises(ApiError) as error:
+        parse(payload)
+    assert error.value.status == 400 and fragment in error.value.message
+    body = json.loads(error.value.body())
+    assert body["error"]["message"] == error.value.message and body["error"]["type"] == "invalid_request_error"
+
+
+@pytest.mark.parametrize("body", [b"{not json", b"[1, 2]", b"\xff"])
+def test_a_body_that_is_not_a_json_object_is_rejected(body):
+    with pytest.raises(ApiError, match="JSON"):
+        parse_embeddings(body, LIMITS)
+
+
+def test_search_requests():
+    request = parse_search(b'{"query": "q", "k": 3}', LIMITS)
+    assert (request.queries, request.k, request.truncate) == (["q"], 3, True)
+    for payload, fragment in [({"query": ""}, "query must be"), ({"query": "q", "k": 0}, "k must be"),
+                              ({"query": ["q"] * 5}, "at most 4"), ({"query": "q", "k": True}, "k must be")]:
+        with pytest.raises(ApiError, match=fragment.replace("[", r"\[")):
+            parse_search(json.dumps(payload).encode(), LIMITS)
+
+
+def test_check_lengths_names_the_long_input():
+    check_lengths([3, 8], [False, False], 8)
+    with pytest.raises(ApiError, match=r"input\[1\] is longer than 8 tokens"):
+        check_lengths([3, 9], [False, False], 8)
+    with pytest.raises(ApiError, match=r"input\[0\]"):
+        check_lengths([8], [True], 8)  # the tokenizer cut it
+
+
+def test_shorten_truncates_and_renormalises():
+    vectors = np.random.default_rng(0).standard_normal((3, 16)).astype(np.float32)
+    short = shorten(vectors, 4, normalize=True)
+    assert short.shape == (3, 4) and np.allclose(np.linalg.norm(short, axis=1), 1, atol=1e-6)
+    assert np.allclose(short * np.linalg.norm(vectors[:, :4], axis=1, keepdims=True), vectors[:, :4], atol=1e-6)
+    assert np.array_equal(shorten(vectors, 4, normalize=False), vectors[:, :4])
+    assert shorten(vectors, None, True) is vectors
+
+
+def test_base64_is_little_endian_float32():
+    vectors = np.random.default_rng(1).standard_normal((2, 5)).astype(np.float32)
+    floats = json.loads(embeddings_response(vectors, "float", "m", 7))
+    encoded = json.loads(embeddings_response(vectors, "base64", "m", 7))
+    assert floats["usage"] == {"prompt_tokens": 7, "total_tokens": 7} and floats["model"] == "m"
+    for i, (f, b) in enumerate(zip(floats["data"], encoded["data"])):
+        assert f["object"] == b["object"] == "embedding" and f["index"] == b["index"] == i
+        decoded = np.frombuffer(base64.b64decode(b["embedding"]), dtype="<f4")
+        assert np.array_equal(decoded, vectors[i]) and np.array_equal(np.float32(f["embedding"]), vectors[i])
+
+
+def test_index_queries_take_the_index_form():
+    vectors = shorten(np.random.default_rng(2).standard_normal((2, 16)).astype(np.float32), 16, True)
+    float_meta = {"dimension": 8, "dtype": "float32"}
+    assert np.allclose(index_queries(vectors, float_meta, True), shorten(vectors, 8, True))
+    int8 = index_queries(vectors, {"dimension": 16, "dtype": "int8"}, True)
+    assert np.array_equal(int8, np.round(np.tanh(vectors) * 127))
+    binary = index_queries(vectors, {"dimension": 16, "dtype": "binary"}, True)
+    assert binary.dtype == np.uint8 and np.array_equal(np.unpackbits(binary, axis=1), (vectors >= 0).astype(np.uint8))
