@@ -70,8 +70,9 @@ class Engine:
         self.dtype = config.torch_dtype(self.device)
         self.output = self._output_spec()
         self.attn = self._attention()
-        self.model = load_model(self.folder, self.attn, self.device, self.dtype)
-        self.pooler = Pooler(self.output, make_ops(self.device)).to(self.device)
+        ops = make_ops(self.device)  # chosen once, shared by the model and the pooler
+        self.model = load_model(self.folder, self.attn, ops, self.device, self.dtype)
+        self.pooler = Pooler(self.output, ops).to(self.device)
         self.runner = None
         if self.device.type == "cuda":
             from .cuda_runner import CudaRunner

@@ -11,7 +11,6 @@ from .attention import AttentionBackend, AttentionSpec
 from .bert import BertModel, XLMRobertaModel
 from .layers import PackedLinear
 from .model_folder import ModelFolder, ModelLoadError
-from .ops import make_ops
 from .qwen3 import Qwen3Model
 
 MODEL_CLASSES = {"bert": BertModel, "roberta": XLMRobertaModel, "xlm-roberta": XLMRobertaModel, "qwen3": Qwen3Model}
@@ -30,10 +29,10 @@ def build_model(folder: ModelFolder, attn: AttentionBackend, ops) -> nn.Module:
     return cls(folder.config, attn, ops)
 
 
-def load_model(folder: ModelFolder, attn: AttentionBackend, device: torch.device, dtype: torch.dtype) -> nn.Module:
+def load_model(folder: ModelFolder, attn: AttentionBackend, ops, device: torch.device, dtype: torch.dtype) -> nn.Module:
     """Builds the model for the folder's model_type, loads every weight, moves it to device/dtype."""
     with torch.device("meta"):
-        model = build_model(folder, attn, make_ops(device))
+        model = build_model(folder, attn, ops)
     model = model.to_empty(device="cpu")
     targets = _checkpoint_targets(model)
     loaded = _load_weights(model, folder, targets)
