@@ -120,6 +120,19 @@ def padded(sequences: list[list[int]], device: str) -> tuple[torch.Tensor, torch
     return ids.to(device, non_blocking=True), mask.to(device, non_blocking=True)
 
 
+def is_bidirectional(folder: Path) -> bool:
+    """A Qwen3 folder of pplx-embed's kind: stock transformers ignores this flag and runs it causally."""
+    return bool(json.loads((folder / "config.json").read_text()).get("use_bidirectional_attention"))
+
+
+def attention_mask(mask: torch.Tensor, bidirectional: bool):
+    """The mask a transformers model takes: 2-D, or for a bidirectional model a full 4-D one
+    (every query sees every real key of its sequence), as the parity tests give it."""
+    if not bidirectional:
+        return mask
+    return {"full_attention": mask[:, None, None, :].bool().expand(-1, 1, mask.shape[1], -1)}
+
+
 class TransformersPeer:
     """transformers AutoModel, SDPA, one padded batch per call: what users run without embedpipe."""
 
@@ -129,13 +142,14 @@ class TransformersPeer:
         from transformers import AutoModel
         self.model = AutoModel.from_pretrained(str(folder), dtype=run_dtype(device), attn_implementation="sdpa")
         self.model = self.model.to(device).eval()
-        self.pooling, self.device = pooling, device
+        self.pooling, self.device, self.bidirectional = pooling, device, is_bidirectional(folder)
 
     @torch.inference_mode()
     def __call__(self, sequences: list[list[int]]) -> torch.Tensor:
         """Pads, runs and pools like sentence-transformers: [num_seqs, hidden] float32 on the host."""
         ids, mask = padded(sequences, self.device)
-        hidden = self.model(input_ids=ids, attention_mask=mask).last_hidden_state.float()
+        hidden = self.model(input_ids=ids, attention_mask=attention_mask(mask, self.bidirectional)).last_hidden_state
+        hidden = hidden.float()
         if self.pooling == "mean":
             pooled = (hidden * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
         elif self.pooling == "cls":
@@ -146,25 +160,46 @@ class TransformersPeer:
 
 
 class SentenceTransformersPeer:
-    """sentence-transformers: its modules on padded batches of 32 for token ids, `encode` for texts."""
+    """sentence-transformers: its modules on padded batches of 32 for token ids, `encode` for texts.
+
+    A bidirectional folder runs its modules by hand with the full mask (`encode` would run it causally).
+    """
 
     name = "sentence-transformers"
 
     def __init__(self, folder: Path, device: str):
         from sentence_transformers import SentenceTransformer
         self.model = SentenceTransformer(str(folder), device=device).to(run_dtype(device)).eval()
-        self.device = device
+        self.device, self.bidirectional = device, is_bidirectional(folder)
+
+    def _embed(self, features: dict) -> torch.Tensor:
+        if not self.bidirectional:
+            return self.model(features)["sentence_embedding"]
+        mask = attention_mask(features["attention_mask"], True)
+        hidden = self.model[0].auto_model(input_ids=features["input_ids"], attention_mask=mask).last_hidden_state
+        features = {**features, "token_embeddings": hidden}
+        for module in list(self.model.children())[1:]:  # pooling, normalisation
+            features = module(features)
+        return features["sentence_embedding"]
 
     @torch.inference_mode()
     def __call__(self, sequences: list[list[int]]) -> torch.Tensor:
         out = []
         for start in range(0, len(sequences), ST_BATCH):
             ids, mask = padded(sequences[start:start + ST_BATCH], self.device)
-            out.append(self.model({"input_ids": ids, "attention_mask": mask})["sentence_embedding"].float().cpu())
+            out.append(self._embed({"input_ids": ids, "attention_mask": mask}).float().cpu())
         return torch.cat(out)
 
+    @torch.inference_mode()
     def encode(self, texts: list[str]) -> np.ndarray:
-        return self.model.encode(texts, batch_size=ST_BATCH, convert_to_tensor=True).float().cpu().numpy()
+        if not self.bidirectional:
+            return self.model.encode(texts, batch_size=ST_BATCH, convert_to_tensor=True).float().cpu().numpy()
+        out = []
+        for start in range(0, len(texts), ST_BATCH):
+            features = self.model.tokenize(texts[start:start + ST_BATCH])
+            features = {key: features[key].to(self.device) for key in ("input_ids", "attention_mask")}
+            out.append(self._embed(features).float().cpu())
+        return torch.cat(out).numpy()
 
 
 def min_cosine(a, b) -> float:

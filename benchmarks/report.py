@@ -1,6 +1,7 @@
 """results.json -> results.md (tables) and PNG plots.
 
-    python benchmarks/report.py benchmarks/results/DATE-GPU      # redraw from a results.json
+    python benchmarks/report.py benchmarks/results/DATE-GPU               # redraw from its results.json
+    python benchmarks/report.py benchmarks/results/DATE-GPU other.json    # add another run's models, redraw
 """
 from __future__ import annotations
 
@@ -10,6 +11,12 @@ from pathlib import Path
 
 OURS = "ours"
 PEERS = ("transformers", "sentence-transformers")
+
+
+def merge(base: dict, other: dict) -> dict:
+    """`other`'s models over `base`'s, and both runs listed (each with its own ceilings)."""
+    return {**base, "models": {**base.get("models", {}), **other["models"]},
+            "runs": base.get("runs", []) + other.get("runs", [])}
 
 
 def write(results: dict, folder: Path) -> None:
@@ -35,7 +42,10 @@ def markdown(results: dict) -> str:
              f"sentence-transformers {env['sentence_transformers']}, Python {env['python']}, {env['cpus']} CPUs. "
              f"Ceilings measured in the same run: {ceiling['matmul_tflops']:.0f} TFLOP/s dense {ceiling['matmul_dtype']} "
              f"matmul, {ceiling['copy_tbps']:.2f} TB/s copy (read + write).",
-             "", "Runs: " + "; ".join(f"`{r['command']}` ({r['seconds']:.0f} s)" for r in results.get("runs", [])), ""]
+             "", "Runs (each measured its ceilings; MFU and bandwidth fractions use the first run's):", "",
+             *[f"- `{r['command']}`: {', '.join(r['models'])}, {r['seconds']:.0f} s"
+               + (f"; ceilings {r['ceilings']['matmul_tflops']:.0f} TFLOP/s, {r['ceilings']['copy_tbps']:.2f} TB/s"
+                  if "ceilings" in r else "") for r in results.get("runs", [])], ""]
     models = results["models"]
     lines += _latency_table(models) + _scoring_table(models) + _throughput_table(models)
     lines += _concurrency_table(models) + _indexing_table(models) + _agreement_table(models)
@@ -206,5 +216,8 @@ def _grouped_bars(ax, groups: dict[str, dict[str, float]], ylabel: str, title: s
 
 if __name__ == "__main__":
     folder = Path(sys.argv[1])
-    write(json.loads((folder / "results.json").read_text()), folder)
+    results = json.loads((folder / "results.json").read_text())
+    for other in sys.argv[2:]:
+        results = merge(results, json.loads(Path(other).read_text()))
+    write(results, folder)
     print(f"wrote {folder / 'results.md'} and its plots")

@@ -43,20 +43,20 @@ SUITES = ("latency", "http", "indexing")
 @dataclass(frozen=True)
 class Sizes:
     latency_tokens: tuple[int, ...] = (128, 512, 4096)
-    latency_iters: int = 200  # ours; the peers are slower and get fewer
-    peer_iters: int = 30
+    latency_iters: int = 100  # ours; the peers are slower and get fewer
+    peer_iters: int = 20
     scoring_batches: tuple[int, ...] = (5, 25, 50)
     scoring_tokens: int = 512
     throughput_tokens: tuple[int, ...] = (512, 1024, 4096)
     throughput_batch: int = 100
     throughput_clients: int = 4
-    throughput_requests: int = 3  # per client, after one warm-up request
+    throughput_requests: int = 2  # per client, after one warm-up request
     concurrency: tuple[int, ...] = (1, 2, 4, 8, 16)
     concurrency_tokens: int = 512
-    concurrency_seconds: float = 3.0
-    warmup_seconds: float = 1.0
-    corpus_rows: int = 20000
-    peer_rows: int = 5000  # the peers embed the first rows of the corpus
+    concurrency_seconds: float = 2.0
+    warmup_seconds: float = 0.5
+    corpus_rows: int = 10000
+    peer_rows: int = 2000  # the peers embed the first rows of the corpus
 
 
 QUICK = Sizes(latency_tokens=(32, 128), latency_iters=5, peer_iters=3, scoring_batches=(2, 5), scoring_tokens=64,
@@ -118,17 +118,17 @@ def main() -> None:
     previous = json.loads((out / "results.json").read_text()) if args.merge and (out / "results.json").exists() else {}
     start = time.perf_counter()
     results = {"environment": environment(), "device": device, "sizes": asdict(sizes), "quick": args.quick,
-               "ceilings": ceilings(device), "models": previous.get("models", {}),
+               "ceilings": ceilings(device), "models": {},
                "command": " ".join(["python", "benchmarks/run.py", *sys.argv[1:]])}
     print(json.dumps({"environment": results["environment"], "ceilings": results["ceilings"]}), flush=True)
     with tempfile.TemporaryDirectory() as work:
         for name in models:
             entry = bench_model(name, device, sizes, suites, results["ceilings"], args.cache, Path(work))
-            results["models"][name] = {**results["models"].get(name, {}), **entry}
+            results["models"][name] = entry
             this_run = {"command": results["command"], "models": models, "suites": suites,
-                        "seconds": time.perf_counter() - start}
-            results["runs"] = previous.get("runs", []) + [this_run]
-            report.write(results, out)
+                        "seconds": time.perf_counter() - start, "ceilings": results["ceilings"]}
+            report.write(report.merge(previous, {**results, "runs": [this_run]}) if previous else
+                         {**results, "runs": [this_run]}, out)
     print((out / "results.md").read_text())
     failed = {f"{m}/{s}" for m, r in results["models"].items() for s in r.get("errors", {})}
     if failed:

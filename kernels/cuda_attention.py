@@ -21,7 +21,14 @@ class FlashInferAttention(AttentionBackend):
     A graph captures its wrapper's buffers, so each key keeps its own wrapper (`use_cuda_graph`);
     eager batches share one more. `plan()` writes a pinned host buffer that an async copy reads:
     before a wrapper is planned again, the copy of its previous plan must have run (an event).
+
+    Not graph-safe (runs eagerly): on the H200 with FlashInfer 0.6.18.post1 (fa2, plans without KV
+    split), replaying a graph captured for the key (16384 tokens, 256 sequences) with other
+    sequence lengths hit an illegal memory access (benchmarks/results/2026-11-29-h200, README),
+    while the same batches replayed correctly with PyTorch's flash varlen kernel.
     """
+
+    graph_safe = False
 
     def __init__(self, spec: AttentionSpec, device: torch.device, dtype: torch.dtype, backend: str = "fa2",
                  max_tokens: int = 16384):
@@ -100,16 +107,15 @@ def make_cuda_attention(name: str, spec: AttentionSpec, device: torch.device, dt
                         max_seqlen: int, max_graph_tokens: int) -> AttentionBackend:
     """name: auto | flashinfer | fa2 | fa3 | torch-varlen | torch.
 
-    auto: FlashInfer fa2 where it runs the head_dim, else PyTorch's flash varlen (head_dim 32).
-    On the H200 fa3 measured faster (benchmarks/results/2026-11-29-h200-engine: BERT-base 2.46 vs
-    2.23 M tok/s, Qwen3-0.6B 0.536 vs 0.515 M tok/s and 1.12 vs 1.33 ms of device time at 1 x 128),
-    but its graph-replay tests have not run yet, so fa3 stays opt-in until they pass. float32,
-    which no flash kernel runs, takes the exact per-sequence SDPA backend, without CUDA graphs.
+    auto: PyTorch's flash varlen kernel, the one ragged kernel that runs every head_dim here
+    (32 included) and replays correctly in CUDA graphs at every key. FlashInfer (fa2, fa3) is
+    opt-in and runs without graphs (see FlashInferAttention). float32, which no flash kernel runs,
+    takes the exact per-sequence SDPA backend, without CUDA graphs.
     """
     if dtype == torch.float32 or name == "torch":
         return TorchRaggedAttention(spec)
     if name == "auto":
-        name = "fa2" if spec.head_dim in FLASHINFER_HEAD_DIMS else "torch-varlen"
+        name = "torch-varlen"
     if name in ("flashinfer", "fa2", "fa3"):
         return FlashInferAttention(spec, device, dtype, "fa2" if name == "flashinfer" else name, max_graph_tokens)
     if name == "torch-varlen":

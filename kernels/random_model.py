@@ -2,7 +2,7 @@
 
 A folder holds a transformers checkpoint (config.json, model.safetensors), the
 sentence-transformers files that choose pooling and normalisation, and the default model's
-tokenizer.json (its ids fit every vocabulary here). Needs `transformers` (the test extra).
+tokenizer files (its ids fit every vocabulary here). Needs `transformers` (the test extra).
 """
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from pathlib import Path
 from .model_folder import builtin_models
 
 VOCAB = 30522  # the default model's tokenizer
+# with its config: transformers tokenizers then pad with its [PAD] (id 0), not a token of the model's own config
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt")
 
 SHAPES = {
     # name: (transformers config class, config kwargs, pooling, normalize)
@@ -52,7 +54,8 @@ def write_random_model(shape: str, folder: str | Path, seed: int = 0, max_seq_le
     folder = Path(folder)
     model.save_pretrained(folder)
     _write_sentence_transformers_files(folder, pooling, normalize, max_seq_length, config.hidden_size)
-    shutil.copy(builtin_models()["minilm"] / "tokenizer.json", folder / "tokenizer.json")
+    for name in TOKENIZER_FILES:
+        shutil.copy(builtin_models()["minilm"] / name, folder / name)
     return model
 
 

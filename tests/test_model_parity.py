@@ -69,3 +69,4 @@ def test_random_weight_models_match_transformers(tmp_path, shape, pooling, norma
     assert cos.min() >= 0.9999, f"{shape}: worst cosine {cos.min():.6f}"
     if not normalize:
         torch.testing.assert_close(ours, ref, rtol=1e-4, atol=1e-4)
+
