@@ -56,6 +56,8 @@ def dag(monkeypatch, tmp_path):
         monkeypatch.setitem(sys.modules, name, module)
     monkeypatch.setenv("EMBEDPIPE_INPUTS", str(tmp_path / "my corpus"))
     monkeypatch.setenv("EMBEDPIPE_SHARDS", "3")
+    for name in ("EMBEDPIPE_OUTPUT", "EMBEDPIPE_INDEX_OPTIONS"):  # the defaults in the file
+        monkeypatch.delenv(name, raising=False)
     spec = importlib.util.spec_from_file_location("airflow_dag", DAG_FILE)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
