@@ -206,14 +206,16 @@ def job_config(options: IndexOptions) -> JobConfig:
 
 
 def _device_spec(o: IndexOptions) -> DeviceSpec | None:
-    """The engines' devices: --devices, or every GPU of the cluster with --ray; None: --device here."""
+    """The engines' devices: --devices, or every GPU of the cluster with --ray; None: one engine on --device.
+
+    --devices replaces --device, which may still say the same kind (a GPU config file's `device = "cuda"`)."""
     if o.devices is None and o.ray is None:
         return None
-    if o.device != "auto":
-        raise ConfigError("--devices (and --ray) choose the engines' devices: leave out --device")
-    if o.ray is not None and o.workers is not None:
-        raise ConfigError("--workers sets this machine's tokenizer processes; on Ray, Ray's CPU tasks tokenize")
-    return DeviceSpec.parse(o.devices or "all")
+    spec = DeviceSpec.parse(o.devices or "all")
+    if o.device != "auto" and _device_type(o.device) != spec.kind:
+        raise ConfigError(f"device {o.device!r} and devices {o.devices or 'all'!r} disagree; "
+                          "--devices alone picks the engines' devices")
+    return spec
 
 
 def _device_type(device: str) -> str:

@@ -39,8 +39,11 @@ def ray_engines(job: JobConfig) -> Iterator[RayEngines]:
         raise ConfigError("--ray needs Ray Data: pip install 'embedpipe[ray]'") from error
     joined = not ray.is_initialized()
     if joined:
-        ray.init(address=job.ray_address, logging_level=logging.WARNING if job.quiet else logging.INFO,
-                 log_to_driver=not job.quiet)
+        try:
+            ray.init(address=job.ray_address, logging_level=logging.WARNING if job.quiet else logging.INFO,
+                     log_to_driver=not job.quiet)
+        except ConnectionError as error:  # no cluster at that address
+            raise ConfigError(f"--ray {job.ray_address}: {error}") from error
     try:
         yield RayEngines(job, *engine_pool(job.devices, ray.cluster_resources()))
     finally:

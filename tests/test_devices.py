@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import psutil
 import pyarrow as pa
@@ -19,10 +20,11 @@ from conftest import cosine
 from corpus import index_command, read_embeddings, run_index, variant_texts, vectors_of, write_corpus
 from embedpipe.cli.main import app
 from embedpipe.kernels.random_model import write_random_model
-from embedpipe.pipeline.config import ConfigError, DeviceSpec, IndexOptions, job_config
+from embedpipe.pipeline.config import ConfigError, DeviceSpec, IndexOptions, job_config, merge_options
 from embedpipe.pipeline.manifest import completed_units
 
 UNIT_OPTIONS = ["--rows-per-unit", "50", "--quiet"]
+CONFIGS = Path(__file__).parent.parent / "configs"
 
 
 @pytest.fixture(scope="module")
@@ -72,13 +74,20 @@ def test_bad_device_specs_say_what_is_accepted(text, message):
 
 
 @pytest.mark.parametrize("options, message", [
-    ({"devices": "cpu:2", "device": "cpu"}, "leave out --device"),
+    ({"devices": "cpu:2", "device": "cuda"}, "device 'cuda' and devices 'cpu:2' disagree"),
+    ({"devices": "all", "device": "cpu"}, "device 'cpu' and devices 'all' disagree"),
+    ({"ray": "auto", "device": "cpu"}, "device 'cpu' and devices 'all' disagree"),
     ({"ray": "auto", "devices": "0,1"}, "the cluster assigns the GPUs"),
-    ({"ray": "auto", "workers": 2}, "Ray's CPU tasks tokenize"),
 ])
 def test_engine_options_that_contradict_each_other(options, message):
     with pytest.raises(ConfigError, match=message):
         job_config(IndexOptions(inputs=("x.parquet",), output="out", **options))
+
+
+def test_devices_take_a_gpu_config_file_of_one_engine():
+    options = merge_options(CONFIGS / "bert-base-gpu.toml", {"inputs": ("x",), "output": "out", "devices": "0,1"})
+    job = job_config(options)
+    assert job.devices == DeviceSpec("cuda", indices=(0, 1)) and job.batching.max_batch_tokens == 32768
 
 
 def test_cpu_engines_get_cpu_batches_and_tokenize_in_their_process():

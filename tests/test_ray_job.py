@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -39,6 +40,18 @@ def test_devices_on_a_cluster(devices, resources, expected):
 def test_devices_a_cluster_cannot_run(devices, resources, message):
     with pytest.raises(ConfigError, match=message):
         engine_pool(DeviceSpec.parse(devices), resources)
+
+
+def test_no_cluster_at_the_address_is_a_usage_error(tmp_path, monkeypatch):
+    ray = pytest.importorskip("ray")
+    if ray.is_initialized() or Path("/tmp/ray/ray_current_cluster").exists():
+        pytest.skip("a Ray cluster is running here")
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    write_corpus(tmp_path / "in", variant_texts(5), num_files=1, row_group_size=5)
+    result = CliRunner().invoke(app, ["index", str(tmp_path / "in"), "--output", str(tmp_path / "out"),
+                                      "--ray", "auto", "--devices", "cpu:1", "--quiet"])
+    assert result.exit_code == 2 and "--ray auto: Could not find any running Ray instance" in result.stderr
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.fixture(scope="module")
