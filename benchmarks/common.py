@@ -1,4 +1,9 @@
-"""Shared pieces of the benchmark suites: timing, ceilings, model folders and the transformers peer."""
+"""Shared pieces of the benchmark suites: timing, ceilings, model folders and the peers.
+
+Peers run the same weights on the same inputs as our engine, in the same process or behind
+the same HTTP stack: transformers (AutoModel, SDPA, padded batches) and sentence-transformers
+(its modules on padded batches of 32 for token ids, `encode` for texts), both in bf16 on CUDA.
+"""
 from __future__ import annotations
 
 import json
@@ -13,25 +18,31 @@ from embedpipe.kernels.model_folder import builtin_models
 from embedpipe.kernels.random_model import SHAPES, write_random_model
 
 MODELS = ("minilm", "bert-base", "qwen3-0.6b", "pplx-embed-0.6b")
+LONG_CONTEXT = 8192  # max_seq_length of the random Qwen3-shaped folders (their positions go to 32768)
+ST_BATCH = 32  # sentence-transformers' default batch size
 
 
 def model_folder(name: str, cache: Path) -> Path:
     """all-MiniLM-L6-v2's real weights, or a random-weight folder of a named shape (written once)."""
     if name == "minilm":
         return builtin_models()["minilm"]
+    if name not in SHAPES:
+        raise SystemExit(f"unknown model {name!r}: minilm or one of {', '.join(SHAPES)}")
     folder = cache / name
     if not (folder / "model.safetensors").exists():
-        write_random_model(name, folder)
+        long = SHAPES[name][1].get("max_position_embeddings", 512) > LONG_CONTEXT
+        write_random_model(name, folder, max_seq_length=LONG_CONTEXT if long else 512)
     return folder
 
 
 def percentiles(samples_ms: list[float]) -> dict[str, float]:
     ordered = sorted(samples_ms)
     pick = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-    return {"p50": statistics.median(ordered), "p90": pick(0.9), "p99": pick(0.99), "max": ordered[-1]}
+    return {"p50": statistics.median(ordered), "p90": pick(0.9), "p99": pick(0.99), "max": ordered[-1],
+            "n": len(ordered)}
 
 
-def time_calls(fn, iters: int, warmup: int = 10) -> list[float]:
+def time_calls(fn, iters: int, warmup: int = 5) -> list[float]:
     """Milliseconds per call, host-visible (each call must return its result on the host)."""
     for _ in range(warmup):
         fn()
@@ -43,18 +54,33 @@ def time_calls(fn, iters: int, warmup: int = 10) -> list[float]:
     return samples
 
 
-def ceilings(device: str = "cuda") -> dict[str, float]:
-    """Dense bf16 matmul rate (TFLOP/s) and device copy bandwidth (TB/s, read + write), measured now."""
-    n = 8192
-    a, b = (torch.randn(n, n, device=device, dtype=torch.bfloat16) for _ in range(2))
-    ms = cuda_ms(lambda: a @ b, 20)
-    src = torch.randn(1 << 30, device=device, dtype=torch.bfloat16)  # 2 GiB
+def synchronize(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def ceilings(device: str) -> dict[str, float]:
+    """Dense matmul rate (TFLOP/s, bf16 on CUDA, float32 on the CPU) and copy bandwidth (TB/s, read + write)."""
+    cuda = device.startswith("cuda")
+    n, dtype = (8192, torch.bfloat16) if cuda else (1024, torch.float32)
+    a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
+    matmul_ms = _median_ms(lambda: a @ b, device, 20 if cuda else 5)
+    src = torch.randn((1 << 30) if cuda else (1 << 24), device=device, dtype=dtype)
     dst = torch.empty_like(src)
-    copy_ms = cuda_ms(lambda: dst.copy_(src), 20)
-    return {"bf16_tflops": 2 * n ** 3 / ms / 1e9, "copy_tbps": 2 * src.numel() * 2 / copy_ms / 1e9}
+    copy_ms = _median_ms(lambda: dst.copy_(src), device, 20 if cuda else 5)
+    return {"matmul_tflops": 2 * n ** 3 / matmul_ms / 1e9, "matmul_dtype": str(dtype).split(".")[1],
+            "copy_tbps": 2 * src.numel() * src.element_size() / copy_ms / 1e9}
+
+
+def _median_ms(fn, device: str, iters: int) -> float:
+    def timed():
+        fn()
+        synchronize(device)
+    return statistics.median(time_calls(timed, iters, warmup=3))
 
 
 def cuda_ms(fn, iters: int) -> float:
+    """Device time per call, from CUDA events around `iters` back-to-back calls."""
     for _ in range(3):
         fn()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -79,31 +105,71 @@ def linear_params(folder: Path) -> int:
     return total
 
 
-class TransformersPeer:
-    """transformers AutoModel, bf16, SDPA, padded batches: what users run without embedpipe."""
+def run_dtype(device: str) -> torch.dtype:
+    """What our engine runs in on the device: the peers run in it too."""
+    return torch.bfloat16 if device.startswith("cuda") else torch.float32
 
-    def __init__(self, folder: Path, pooling: str, dtype=torch.bfloat16):
+
+def padded(sequences: list[list[int]], device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """input_ids and attention_mask [num_seqs, longest], right-padded with 0, on the device."""
+    lengths = torch.tensor([len(s) for s in sequences])
+    ids = torch.zeros(len(sequences), int(lengths.max()), dtype=torch.long)
+    for i, s in enumerate(sequences):
+        ids[i, : len(s)] = torch.tensor(s)
+    mask = (torch.arange(ids.shape[1])[None] < lengths[:, None]).long()
+    return ids.to(device, non_blocking=True), mask.to(device, non_blocking=True)
+
+
+class TransformersPeer:
+    """transformers AutoModel, SDPA, one padded batch per call: what users run without embedpipe."""
+
+    name = "transformers"
+
+    def __init__(self, folder: Path, pooling: str, device: str):
         from transformers import AutoModel
-        self.model = AutoModel.from_pretrained(str(folder), dtype=dtype, attn_implementation="sdpa").cuda().eval()
-        self.pooling = pooling
+        self.model = AutoModel.from_pretrained(str(folder), dtype=run_dtype(device), attn_implementation="sdpa")
+        self.model = self.model.to(device).eval()
+        self.pooling, self.device = pooling, device
 
     @torch.inference_mode()
     def __call__(self, sequences: list[list[int]]) -> torch.Tensor:
         """Pads, runs and pools like sentence-transformers: [num_seqs, hidden] float32 on the host."""
-        lengths = torch.tensor([len(s) for s in sequences])
-        ids = torch.zeros(len(sequences), int(lengths.max()), dtype=torch.long)
-        for i, s in enumerate(sequences):
-            ids[i, : len(s)] = torch.tensor(s)
-        mask = (torch.arange(ids.shape[1])[None] < lengths[:, None]).long()
-        ids, mask = ids.cuda(non_blocking=True), mask.cuda(non_blocking=True)
+        ids, mask = padded(sequences, self.device)
         hidden = self.model(input_ids=ids, attention_mask=mask).last_hidden_state.float()
         if self.pooling == "mean":
             pooled = (hidden * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
         elif self.pooling == "cls":
             pooled = hidden[:, 0]
-        else:
-            pooled = hidden[torch.arange(len(sequences)), lengths.cuda() - 1]
+        else:  # last token
+            pooled = hidden[torch.arange(len(sequences)), mask.sum(1) - 1]
         return pooled.cpu()
+
+
+class SentenceTransformersPeer:
+    """sentence-transformers: its modules on padded batches of 32 for token ids, `encode` for texts."""
+
+    name = "sentence-transformers"
+
+    def __init__(self, folder: Path, device: str):
+        from sentence_transformers import SentenceTransformer
+        self.model = SentenceTransformer(str(folder), device=device).to(run_dtype(device)).eval()
+        self.device = device
+
+    @torch.inference_mode()
+    def __call__(self, sequences: list[list[int]]) -> torch.Tensor:
+        out = []
+        for start in range(0, len(sequences), ST_BATCH):
+            ids, mask = padded(sequences[start:start + ST_BATCH], self.device)
+            out.append(self.model({"input_ids": ids, "attention_mask": mask})["sentence_embedding"].float().cpu())
+        return torch.cat(out)
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        return self.model.encode(texts, batch_size=ST_BATCH, convert_to_tensor=True).float().cpu().numpy()
+
+
+def min_cosine(a, b) -> float:
+    a, b = torch.as_tensor(np.asarray(a, dtype=np.float64)), torch.as_tensor(np.asarray(b, dtype=np.float64))
+    return torch.nn.functional.cosine_similarity(a, b).min().item()
 
 
 def random_sequences(rng, num_seqs: int, length: int) -> list[list[int]]:
@@ -117,12 +183,14 @@ def write_results(results: dict, folder: Path, table: str) -> None:
 
 
 def environment() -> dict:
-    env = {"torch": torch.__version__, "date": time.strftime("%Y-%m-%d")}
+    import platform
+    env = {"torch": torch.__version__, "date": time.strftime("%Y-%m-%d"), "python": platform.python_version(),
+           "cpus": len(__import__("os").sched_getaffinity(0))}
     if torch.cuda.is_available():
         env["gpu"] = torch.cuda.get_device_name()
-    try:
-        import flashinfer
-        env["flashinfer"] = flashinfer.__version__
-    except ImportError:
-        env["flashinfer"] = None
+    for package in ("flashinfer", "transformers", "sentence_transformers"):
+        try:
+            env[package] = __import__(package).__version__
+        except ImportError:
+            env[package] = None
     return env

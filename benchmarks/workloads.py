@@ -1,0 +1,48 @@
+"""Inputs of the suites: token-id sequences, texts of a known token count, a corpus of realistic lengths."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+CORPUS_MEDIAN_TOKENS = 64  # lengths: log-normal around this, cut to [20, 512]: most short, a long tail
+CORPUS_SIGMA = 0.8
+CORPUS_RANGE = (20, 512)
+
+
+def vocabulary_words(folder: Path) -> tuple[object, list[str]]:
+    from tokenizers import Tokenizer
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    words = sorted(w for w in tokenizer.get_vocab() if w.isalpha() and w.isascii() and len(w) > 2)
+    return tokenizer, words
+
+
+def texts_of_lengths(folder: Path, lengths: list[int], seed: int = 0) -> list[str]:
+    """One text per length, of random whole words, that tokenises to about that many tokens
+    (special tokens included for a BERT-style tokenizer)."""
+    tokenizer, words = vocabulary_words(folder)
+    rng = np.random.default_rng(seed)
+    texts = []
+    for length in lengths:
+        ids = tokenizer.encode(" ".join(rng.choice(words, size=length).tolist()), add_special_tokens=False).ids
+        texts.append(tokenizer.decode(ids[: max(1, length - 2)]))  # room for [CLS] and [SEP]
+    return texts
+
+
+def texts_of(folder: Path, num_texts: int, num_tokens: int, seed: int = 0) -> list[str]:
+    return texts_of_lengths(folder, [num_tokens] * num_texts, seed)
+
+
+def corpus_lengths(num_rows: int, seed: int = 0) -> list[int]:
+    """Token lengths of a corpus: log-normal (median 64), cut to [20, 512]."""
+    rng = np.random.default_rng(seed)
+    raw = rng.lognormal(np.log(CORPUS_MEDIAN_TOKENS), CORPUS_SIGMA, size=num_rows)
+    return np.clip(raw.round(), *CORPUS_RANGE).astype(int).tolist()
+
+
+def write_corpus(texts: list[str], path: Path) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"id": np.arange(len(texts), dtype=np.int64), "text": texts}), path, row_group_size=4096)
+    return path

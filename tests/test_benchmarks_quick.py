@@ -1,0 +1,81 @@
+"""`benchmarks/run.py --quick` on the CPU: every suite runs and writes well-formed results (no timing checks)."""
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+RUN = Path(__file__).parent.parent / "benchmarks" / "run.py"
+PEERS_IN_PROCESS = {"ours", "transformers", "sentence-transformers"}
+
+
+def positive(value) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+
+
+def check_percentiles(stats: dict) -> None:
+    assert all(positive(stats[k]) for k in ("p50", "p90", "p99", "max")), stats
+    assert stats["p50"] <= stats["p90"] <= stats["p99"] <= stats["max"], stats
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory) -> tuple[dict, Path]:
+    out = tmp_path_factory.mktemp("bench")
+    done = subprocess.run([sys.executable, str(RUN), "--quick", "--out", str(out)], capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return json.loads((out / "results.json").read_text()), out
+
+
+@pytest.mark.slow
+def test_quick_run_writes_every_suite(quick):
+    results, out = quick
+    sizes = results["sizes"]
+    assert results["device"] == "cpu" and positive(results["ceilings"]["matmul_tflops"])
+    assert positive(results["ceilings"]["copy_tbps"])
+    minilm = results["models"]["minilm"]
+    assert set(minilm["seconds"]) == {"latency", "http", "indexing"}
+
+    for tokens in map(str, sizes["latency_tokens"]):  # 1. batch-1 latency
+        assert set(minilm["latency"][tokens]) == PEERS_IN_PROCESS
+        for stats in minilm["latency"][tokens].values():
+            check_percentiles(stats)
+            assert positive(stats["weight_bandwidth_fraction"])
+    for seqs in map(str, sizes["scoring_batches"]):  # 2. scoring
+        assert set(minilm["scoring"][seqs]) == PEERS_IN_PROCESS
+        for stats in minilm["scoring"][seqs].values():
+            check_percentiles(stats)
+            assert positive(stats["mfu"])
+    for tokens in map(str, sizes["throughput_tokens"]):  # 3. throughput over HTTP
+        for server in ("ours", "peer"):
+            row = minilm["throughput"][tokens][server]
+            assert row["requests"] == sizes["throughput_clients"] * sizes["throughput_requests"]
+            assert positive(row["embeddings_per_s"]) and positive(row["mfu"])
+    for clients in map(str, sizes["concurrency"]):  # 4. concurrency over HTTP
+        for server in ("ours", "peer"):
+            check_percentiles(minilm["concurrency"][clients][server])
+        assert minilm["concurrency"][clients]["ours"]["mean_batch_sequences"] >= 1
+
+    indexing = minilm["indexing"]  # 5. offline indexing
+    assert indexing["index"]["rows"] == indexing["index"]["index_rows"] == sizes["corpus_rows"]
+    assert positive(indexing["index"]["embeddings_per_s"]) and positive(indexing["index"]["peak_rss_mib"])
+    assert set(indexing["engine"]) == {"ours", "ours-no-double-buffer", "ours-padded"}
+    assert set(indexing["peers"]) == {"transformers", "sentence-transformers"}
+    for run in [*indexing["engine"].values(), *indexing["peers"].values()]:
+        assert positive(run["embeddings_per_s"]) and positive(run["tokens_per_s"])
+
+    agreements = [*minilm["agreement"].values(), *minilm["http_agreement"].values(), *indexing["agreement"].values()]
+    assert len(agreements) == 6 and min(agreements) >= 0.999
+
+
+@pytest.mark.slow
+def test_quick_run_writes_report_and_plots(quick):
+    results, out = quick
+    table = (out / "results.md").read_text()
+    for heading in ("1. Low-latency embedding", "2. Low-latency scoring", "3. High throughput",
+                    "4. Concurrency", "5. Offline indexing", "Agreement"):
+        assert heading in table
+    for plot in ("latency.png", "http.png", "indexing.png"):
+        assert (out / plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
