@@ -1,9 +1,10 @@
 """GPU check of `index --devices` (and optionally `--ray`): the same output as one engine, and the speed-up.
 
-    python benchmarks/gpu_devices_check.py --shape bert-base --rows 200000 [--devices all] [--ray local]
-        [--tokenizer tokenizer.json] [--out DIR]
+    . benchmarks/gpu_setup.sh
+    python benchmarks/gpu_devices_check.py --model bert-base --rows 200000 [--devices all] [--ray local] [--out DIR]
 
-Writes a random-weight model folder of the shape and a corpus like the CPU benchmark's, then runs
+Takes MiniLM or writes a random-weight model folder of a shape (common.model_folder), writes a
+corpus of realistic lengths (workloads.py), then runs
 `embedpipe index` as a subprocess three ways on the same input: one engine (`--device cuda`), one
 engine process per GPU (`--devices`), and with --ray, a Ray Data pipeline (`--ray ADDRESS --devices
 all`, needs `embedpipe[ray]`). Each run's unit files must hold the same ids in the same order and
@@ -25,9 +26,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-from common import environment, write_results
-from cpu_index_bench import make_texts, write_corpus
-from gpu_index_check import write_model
+from common import environment, model_folder, write_results
+from workloads import corpus_lengths, texts_of_lengths, write_corpus
 
 MIN_COSINE = 0.999
 ROWS_PER_UNIT = 8192  # 200k rows -> 25 units: enough that the queue balances the engines
@@ -62,19 +62,18 @@ def compare(output: Path, reference: Path) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shape", default="bert-base")
+    parser.add_argument("--model", default="bert-base", help="minilm, or a random-weight shape: bert-base, ...")
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--devices", default="all", help="--devices of the multi-engine run")
     parser.add_argument("--ray", default=None, metavar="ADDRESS", help="also run on Ray (local: a new instance)")
-    parser.add_argument("--tokenizer", type=Path, default=None)
     parser.add_argument("--cpu", action="store_true", help="only to try the script: cpu, cpu:2 and Ray's cpu:1")
     parser.add_argument("--out", type=Path,
                         default=Path(__file__).parent / "results" / f"{time.strftime('%Y-%m-%d')}-gpu-devices")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        model = write_model(args.shape, tmp / args.shape, args.tokenizer)
-        corpus = write_corpus(tmp / "corpus.parquet", make_texts(args.rows))
+        model = model_folder(args.model, tmp)
+        corpus = write_corpus(texts_of_lengths(model, corpus_lengths(args.rows)), tmp / "corpus.parquet")
         runs = {"one engine": (["--device", "cpu" if args.cpu else "cuda"], tmp / "one")}
         runs["--devices"] = (["--devices", "cpu:2" if args.cpu else args.devices], tmp / "devices")
         if args.ray:
@@ -88,7 +87,7 @@ def main() -> None:
     table = ("| run | engines | wall s | tokens/s | scaling efficiency | same output |\n|---|---|---|---|---|---|\n"
              + "".join(f"| {name} | {r['num_engines']} | {r['wall_s']:.1f} | {r['tokens_per_s']:,.0f} | "
                        f"{r.get('scaling_efficiency', 1):.2f} | {r.get('ok', '-')} |\n" for name, r in results.items()))
-    write_results({"environment": environment(), "shape": args.shape, "rows": args.rows, "runs": results},
+    write_results({"environment": environment(), "model": args.model, "rows": args.rows, "runs": results},
                   args.out, table)
     print(json.dumps(results, indent=1))
     print(table)
