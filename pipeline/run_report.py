@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from embedpipe.kernels.graph_cache import GraphCounters
+
 from .batcher import BatchStats
 
 
@@ -17,7 +19,7 @@ class EngineReport:
     rejected: int = 0
     truncated: int = 0
     batches: BatchStats = field(default_factory=BatchStats)
-    graphs: dict[str, int] = field(default_factory=dict)  # eager_runs, graph_captures, graph_replays
+    graphs: dict[str, int] = field(default_factory=lambda: GraphCounters().as_dict())  # eager runs, captures, replays
     bad_files: list[dict] = field(default_factory=list)
 
     def __add__(self, other: EngineReport) -> EngineReport:
