@@ -11,6 +11,7 @@ import time
 import traceback
 from dataclasses import dataclass, replace
 from multiprocessing.queues import Queue
+from typing import Iterable
 
 import torch
 
@@ -20,6 +21,7 @@ from .config import JobConfig
 from .embed import make_tokenizer
 from .run_report import EngineReport
 from .runner import UnitRunner, read_and_tokenize
+from .sources import WorkUnit
 from .tokenizer_pool import TokenizerPool, exit_when_parent_dies
 
 PROGRESS_INTERVAL_S = 0.5
@@ -75,7 +77,7 @@ def engine_process(job: JobConfig, plan: EnginePlan, units: Queue, events: Queue
     events.put(("done", plan.index, report))
 
 
-def embed_units(job: JobConfig, plan: EnginePlan, units, progress: QueueProgress) -> EngineReport:
+def embed_units(job: JobConfig, plan: EnginePlan, units: Iterable[WorkUnit], progress: QueueProgress) -> EngineReport:
     if plan.num_threads is not None:
         torch.set_num_threads(plan.num_threads)
     engine = Engine(replace(job.engine, device=plan.device))
