@@ -68,13 +68,16 @@ def engine_process(job: JobConfig, plan: EnginePlan, units: Queue, events: Queue
     exit_when_parent_dies()
     progress = QueueProgress(events, plan.index)
     try:
-        report = embed_units(job, plan, iter(units.get, None), progress)
+        outcome = ("done", plan.index, embed_units(job, plan, iter(units.get, None), progress))
     except Exception as error:
-        progress.flush()
-        events.put(("failed", plan.index, (_pickled(error), traceback.format_exc())))
-        raise SystemExit(1)
+        outcome = ("failed", plan.index, (_pickled(error), traceback.format_exc()))
+    # nothing is left to clean up: a stop from now on just ends the process (raising SystemExit
+    # inside the exit's finalizers would print "Exception ignored" tracebacks)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     progress.flush()
-    events.put(("done", plan.index, report))
+    events.put(outcome)
+    if outcome[0] == "failed":
+        raise SystemExit(1)
 
 
 def embed_units(job: JobConfig, plan: EnginePlan, units: Iterable[WorkUnit], progress: QueueProgress) -> EngineReport:
