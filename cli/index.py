@@ -62,6 +62,15 @@ def index(
     workers: Optional[int] = typer.Option(
         None, "--workers",
         help="Tokenizer processes (default: CPU count - 1 on a GPU; 0 on the CPU: tokenize in the main process)."),
+    devices: Optional[str] = typer.Option(
+        None, "--devices",
+        help="One engine process per device, sharing the units: all (every GPU), 0,1,3 (these GPUs), gpu:N, "
+             "or cpu:N (N CPU engines). --workers is then per engine."),
+    ray: Optional[str] = typer.Option(
+        None, "--ray", metavar="ADDRESS",
+        help="Run on a Ray cluster (pip install 'embedpipe[ray]'): auto (the running one: RAY_ADDRESS or "
+             "`ray start` here), local (a new one on this machine), HOST:PORT or ray://HOST:PORT. "
+             "--devices: all (default), gpu:N or cpu:N."),
     shard_index: Optional[int] = typer.Option(None, "--shard-index", help="This job's shard, 0 to num-shards - 1."),
     num_shards: Optional[int] = typer.Option(
         None, "--num-shards", help="Split the units into this many shards (index them with `embedpipe merge`)."),

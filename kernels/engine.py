@@ -11,7 +11,7 @@ from .batch import Batch
 from .graph_cache import GraphConfig, GraphCounters
 from .lazy_tensor import LazyTensor
 from .loader import attention_spec, load_model
-from .model_folder import read_model_folder
+from .model_folder import ModelFolder, read_model_folder
 from .ops import make_ops
 from .pooling import OUTPUT_DTYPES, OutputSpec, Pooler
 
@@ -52,6 +52,24 @@ class EngineConfig:
         return torch.bfloat16 if device.type == "cuda" else torch.float32
 
 
+@dataclass(frozen=True)
+class ModelSpec:
+    """What an engine of a config outputs, read from the model folder without loading weights."""
+
+    folder: ModelFolder
+    output: OutputSpec
+
+
+def model_spec(config: EngineConfig) -> ModelSpec:
+    """Raises ModelLoadError for a bad folder, ValueError for a setting the model cannot take (dim)."""
+    folder = read_model_folder(config.model, config.pooling)
+    hidden = folder.hidden_size
+    if config.dim is not None and config.dim > hidden:
+        raise ValueError(f"dim {config.dim} is larger than the model's hidden size {hidden}")
+    normalize = folder.normalize if config.normalize is None else config.normalize
+    return ModelSpec(folder, OutputSpec(folder.pooling, normalize, config.dim or hidden, config.output_dtype))
+
+
 def host_inputs(batch: Batch) -> tuple[np.ndarray, np.ndarray]:
     """positions [num_tokens_padded] (restarting at 0 in every sequence) and seq_ids [num_tokens_padded]."""
     cu = batch.cu_seqlens.numpy()
@@ -65,10 +83,13 @@ class Engine:
 
     def __init__(self, config: EngineConfig = EngineConfig()):
         self.config = config
-        self.folder = read_model_folder(config.model, config.pooling)
+        self.spec = model_spec(config)
+        self.folder, self.output = self.spec.folder, self.spec.output
         self.device = config.torch_device()
+        if self.device.type == "cuda" and self.device.index is not None:
+            # graphs, events, Triton launches and the pool use the current device: make it this one
+            torch.cuda.set_device(self.device)
         self.dtype = config.torch_dtype(self.device)
-        self.output = self._output_spec()
         self.attn = self._attention()
         ops = make_ops(self.device)  # chosen once, shared by the model and the pooler
         self.model = load_model(self.folder, self.attn, ops, self.device, self.dtype)
@@ -78,13 +99,6 @@ class Engine:
             from .cuda_runner import CudaRunner
             self.runner = CudaRunner(self.forward, self.attn, self.device, config.graphs,
                                      self.output.torch_dtype, self.output.width)
-
-    def _output_spec(self) -> OutputSpec:
-        hidden, cfg = self.folder.hidden_size, self.config
-        if cfg.dim is not None and cfg.dim > hidden:
-            raise ValueError(f"dim {cfg.dim} is larger than the model's hidden size {hidden}")
-        normalize = self.folder.normalize if cfg.normalize is None else cfg.normalize
-        return OutputSpec(self.folder.pooling, normalize, cfg.dim or hidden, cfg.output_dtype)
 
     def _attention(self):
         spec = attention_spec(self.folder)

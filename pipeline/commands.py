@@ -40,6 +40,7 @@ def run_embed(config: EngineConfig, texts: list[str], prompt: str | None, prompt
 
 def run_index(given: dict, config_file) -> None:
     """Exit codes: 0 done, 1 unexpected error, 2 usage / config / input error, 3 done but for skipped files."""
+    from .devices import EngineProcessError
     from .job import run_job
 
     try:
@@ -51,7 +52,7 @@ def run_index(given: dict, config_file) -> None:
         result = run_job(job)
     except USER_ERRORS as e:
         fail(str(e))
-    except TokenizerPoolError as e:
+    except (TokenizerPoolError, EngineProcessError) as e:
         fail(str(e), 1)
     except KeyboardInterrupt:
         fail("interrupted; the completed units are kept, run the same command again to resume", 130)

@@ -26,6 +26,36 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True)
+class DeviceSpec:
+    """`--devices`: the engines of a job, one per device.
+
+    all -> every GPU; 0,1,3 -> these CUDA devices; gpu:N -> N GPUs; cpu:N -> N CPU engines.
+    Resolved where the engines run: this machine's GPUs (pipeline/devices.py) or a Ray cluster's.
+    """
+
+    kind: str  # "cuda" | "cpu"
+    indices: tuple[int, ...] = ()  # cuda: these devices
+    count: int | None = None  # this many; None with no indices: every GPU
+
+    @classmethod
+    def parse(cls, text: str) -> DeviceSpec:
+        text = text.strip().lower()
+        kind, colon, count = text.partition(":")
+        if text == "all":
+            return cls("cuda")
+        if colon and kind in ("cpu", "gpu"):
+            if not count.isdigit() or int(count) < 1:
+                raise ConfigError(f"devices {text!r}: the count after {kind}: must be a positive integer")
+            return cls("cpu" if kind == "cpu" else "cuda", count=int(count))
+        indices = [part.strip() for part in text.split(",")]
+        if not all(index.isdigit() for index in indices):
+            raise ConfigError(f"devices must be all, CUDA device indices (0,1,3), gpu:N or cpu:N, not {text!r}")
+        if len(set(map(int, indices))) != len(indices):
+            raise ConfigError(f"devices {text!r} names a device twice")
+        return cls("cuda", indices=tuple(map(int, indices)))
+
+
+@dataclass(frozen=True)
 class IndexOptions:
     """The `index` command's options by name. A TOML config file uses the same names."""
 
@@ -53,6 +83,8 @@ class IndexOptions:
     skip_bad_files: bool = False
     overwrite: bool = False
     quiet: bool = False
+    devices: str | None = None  # DeviceSpec text; None: one engine in this process, on `device`
+    ray: str | None = None  # a Ray cluster: auto, local, HOST:PORT or ray://HOST:PORT; None: no Ray
 
 
 @dataclass(frozen=True)
@@ -76,6 +108,8 @@ class JobConfig:
     quiet: bool = False
     prompt: str | None = None
     prompt_name: str | None = None
+    devices: DeviceSpec | None = None  # None: one engine in this process, on engine.device
+    ray_address: str | None = None  # run the engines on this Ray cluster
 
     def __post_init__(self):
         if not self.inputs:
@@ -90,6 +124,8 @@ class JobConfig:
             raise ConfigError("workers must be >= 0 (0 tokenizes in the main process)")
         if self.prompt is not None and self.prompt_name is not None:
             raise ConfigError("give either prompt or prompt-name, not both")
+        if self.ray_address is not None and (self.devices is None or self.devices.indices):
+            raise ConfigError("on Ray, the cluster assigns the GPUs: devices must be all, gpu:N or cpu:N")
 
     @property
     def sharded(self) -> bool:
@@ -152,7 +188,8 @@ def job_config(options: IndexOptions) -> JobConfig:
         raise ConfigError("no output folder: pass --output (or `output` in the config file)")
     if (o.shard_index is None) != (o.num_shards is None):
         raise ConfigError("--shard-index and --num-shards go together")
-    on_cpu = _device_type(o.device) == "cpu"
+    devices = _device_spec(o)
+    on_cpu = devices.kind == "cpu" if devices else _device_type(o.device) == "cpu"
     max_batch_tokens = o.max_batch_tokens or (CPU_BATCH_TOKENS if on_cpu else BatcherConfig().max_batch_tokens)
     graphs = GraphConfig(max_graph_tokens=max(max_batch_tokens, GraphConfig().max_graph_tokens))
     engine = EngineConfig(model=o.model, device=o.device, dtype=o.precision, dim=o.dim,
@@ -165,7 +202,20 @@ def job_config(options: IndexOptions) -> JobConfig:
         rows_per_unit=o.rows_per_unit, read_rows=o.read_rows, index_factory=o.index_factory,
         shard_index=o.shard_index or 0, num_shards=o.num_shards or 1, on_bad_row=o.on_bad_row,
         skip_bad_files=o.skip_bad_files, overwrite=o.overwrite, quiet=o.quiet, prompt=o.prompt,
-        prompt_name=o.prompt_name)
+        prompt_name=o.prompt_name, devices=devices, ray_address=o.ray)
+
+
+def _device_spec(o: IndexOptions) -> DeviceSpec | None:
+    """The engines' devices: --devices, or every GPU of the cluster with --ray; None: one engine on --device.
+
+    --devices replaces --device, which may still say the same kind (a GPU config file's `device = "cuda"`)."""
+    if o.devices is None and o.ray is None:
+        return None
+    spec = DeviceSpec.parse(o.devices or "all")
+    if o.device != "auto" and _device_type(o.device) != spec.kind:
+        raise ConfigError(f"device {o.device!r} and devices {o.devices or 'all'!r} disagree; "
+                          "--devices alone picks the engines' devices")
+    return spec
 
 
 def _device_type(device: str) -> str:

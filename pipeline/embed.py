@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from embedpipe.kernels.engine import Engine
+from embedpipe.kernels.engine import Engine, ModelSpec
 from .batcher import BatcherConfig, TokenBudgetBatcher
 from .tokenizer import TextTokenizer
 
 
-def make_tokenizer(engine: Engine, prompt: str | None = None, prompt_name: str | None = None) -> TextTokenizer:
+def make_tokenizer(engine: Engine | ModelSpec, prompt: str | None = None,
+                   prompt_name: str | None = None) -> TextTokenizer:
     """The model's tokenizer with a literal prompt, or a named prompt from the model's config."""
     folder = engine.folder
     text = prompt if prompt is not None else folder.prompt(prompt_name)

@@ -1,13 +1,16 @@
-"""One `index` run: guard the output's settings, list and shard the units, skip the done ones,
-run the rest, then write rejected.parquet, the FAISS index (when the whole job is done) and metrics.json."""
+"""One `index` run: prepare (guard the output's settings, list and shard the units, skip the done ones),
+embed the pending units (one engine here, one process per device, or a Ray cluster), then finish
+(rejected.parquet, the FAISS index when the whole job is done, metrics.json)."""
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ContextManager, Protocol
 
 import pyarrow.parquet as pq
 
-from embedpipe.kernels.engine import Engine
+from embedpipe.kernels.engine import Engine, EngineConfig, ModelSpec, model_spec
 
 from .config import ConfigError, JobConfig
 from .embed import make_tokenizer
@@ -15,7 +18,8 @@ from .manifest import check_or_write_settings, completed_units
 from .outputs import (check_index_factory, index_outputs, job_settings, write_metrics, write_rejected_table,
                       write_unit_list)
 from .progress import Progress
-from .runner import UnitRunner
+from .run_report import EngineReport, run_metrics
+from .runner import UnitRunner, read_and_tokenize
 from .sources import WorkUnit, list_units
 from .tokenizer import TextTokenizer
 from .tokenizer_pool import TokenizerPool
@@ -29,10 +33,76 @@ class JobResult:
     exit_code: int  # 0: every unit of this run's share is done; 3: done but for skipped bad files
 
 
+@dataclass
+class PreparedJob:
+    """A job whose settings are stored in OUTPUT and whose pending units are known."""
+
+    job: JobConfig
+    spec: ModelSpec
+    tokenizer: TextTokenizer
+    settings: dict
+    units: list[WorkUnit]  # every unit of the job, all shards
+    mine: list[WorkUnit]  # this shard's
+    pending: list[WorkUnit]  # this shard's units that are not done yet
+    done_before: dict[str, dict]
+    bad_listing: list[tuple[str, str]]  # (path, error) of files skipped while listing
+
+
+class Embedder(Protocol):
+    """Embeds a prepared job's pending units into OUTPUT, as UnitRunner writes them; one report per engine."""
+
+    def embed(self, prepared: PreparedJob, progress: Progress) -> list[EngineReport]: ...
+
+
 def run_job(job: JobConfig) -> JobResult:
-    engine, tokenizer = load_engine(job)
-    settings = job_settings(job, engine, tokenizer)
-    check_index_factory(job.index_factory, engine.output.width, engine.output.dtype == "binary")
+    with open_embedder(job) as embedder:  # loads the engine, checks the devices or joins Ray: before any output
+        prepared = prepare_job(job)
+        with Progress(expected_rows(prepared.pending), job.quiet) as progress:
+            _log_start(progress, prepared)
+            reports = embedder.embed(prepared, progress)
+            return finish_job(prepared, reports, progress)
+
+
+def open_embedder(job: JobConfig) -> ContextManager[Embedder]:
+    if job.ray_address is not None:
+        from .ray_job import ray_engines
+        return ray_engines(job)
+    if job.devices is not None:
+        from .devices import DeviceEngines
+        return nullcontext(DeviceEngines(job))
+    return nullcontext(LocalEngine(job))
+
+
+class LocalEngine:
+    """One engine in this process, fed by this process's tokenizer pool."""
+
+    def __init__(self, job: JobConfig):
+        self.job = job
+        self.engine = load_engine(job.engine)
+
+    def embed(self, prepared: PreparedJob, progress: Progress) -> list[EngineReport]:
+        with TokenizerPool(prepared.tokenizer, self.job.num_workers) as pool:
+            runner = UnitRunner(self.job, self.engine, progress)
+            runner.run(read_and_tokenize(self.job, pool, prepared.pending))
+        return [runner.report()]
+
+
+def load_engine(config: EngineConfig) -> Engine:
+    try:
+        return Engine(config)
+    except ValueError as error:  # a setting the model cannot take (dim)
+        raise ConfigError(str(error)) from error
+
+
+def prepare_job(job: JobConfig) -> PreparedJob:
+    """Checks the settings against OUTPUT (or stores them), lists the units and finds this run's pending ones."""
+    try:
+        spec = model_spec(job.engine)
+        tokenizer = make_tokenizer(spec, job.prompt, job.prompt_name)
+    except ValueError as error:  # a setting the model cannot take (dim, prompt name)
+        raise ConfigError(str(error)) from error
+    settings = job_settings(job, spec, tokenizer)
+    check_index_factory(job.index_factory, spec.output.width, spec.output.dtype == "binary")
     job.output.mkdir(parents=True, exist_ok=True)
     check_or_write_settings(job.output, settings, job.overwrite)
     if not job.sharded:
@@ -43,35 +113,15 @@ def run_job(job: JobConfig) -> JobResult:
     mine = units[job.shard_index::job.num_shards]
     done_before = completed_units(job.output)
     pending = [unit for unit in mine if unit.unit_id not in done_before]
-    with Progress(expected_rows(pending), job.quiet) as progress:
-        _log_start(progress, job, units, mine, pending, done_before)
-        with TokenizerPool(tokenizer, job.num_workers) as pool:
-            runner = UnitRunner(job, engine, pool, progress)
-            runner.run(pending)
-        metrics = run_metrics(runner, pool, progress)
-        metrics["bad_files"] = [{"path": p, "error": e} for p, e in bad_listing] + runner.counts.bad_files
-        return _finish(job, settings, units, mine, metrics, progress)
+    return PreparedJob(job, spec, tokenizer, settings, units, mine, pending, done_before, bad_listing)
 
 
-def run_metrics(runner: UnitRunner, pool: TokenizerPool, progress: Progress) -> dict:
-    counts, stats, seconds = runner.counts, runner.batcher.stats, max(progress.seconds, 1e-9)
-    return {"rows": counts.rows, "tokens": counts.tokens, "rejected_rows": counts.rejected,
-            "truncated_texts": pool.num_truncated, "padding_waste": stats.padding_waste,
-            "batches": stats.batches, "seconds": seconds, "tokens_per_s": counts.tokens / seconds,
-            "embeddings_per_s": counts.rows / seconds,
-            "engine": {**runner.engine.counters.as_dict(), "device": str(runner.engine.device)}}
-
-
-def load_engine(job: JobConfig) -> tuple[Engine, TextTokenizer]:
-    try:
-        engine = Engine(job.engine)
-        return engine, make_tokenizer(engine, job.prompt, job.prompt_name)
-    except ValueError as error:  # a setting the model cannot take (dim, prompt name)
-        raise ConfigError(str(error)) from error
-
-
-def _finish(job: JobConfig, settings: dict, units: list[WorkUnit], mine: list[WorkUnit],
-            metrics: dict, progress: Progress) -> JobResult:
+def finish_job(prepared: PreparedJob, reports: list[EngineReport], progress: Progress) -> JobResult:
+    """Writes rejected.parquet, the index (once every unit of an unsharded job is done) and metrics.json."""
+    job, units, mine = prepared.job, prepared.units, prepared.mine
+    metrics = run_metrics(reports, progress.seconds)
+    metrics["bad_files"] = ([{"path": p, "error": e} for p, e in prepared.bad_listing]
+                            + [bad for report in reports for bad in report.bad_files])
     done = completed_units(job.output)
     bad_paths = {bad["path"] for bad in metrics["bad_files"]}
     missing = [unit.unit_id for unit in mine if unit.unit_id not in done and unit.path not in bad_paths]
@@ -80,7 +130,7 @@ def _finish(job: JobConfig, settings: dict, units: list[WorkUnit], mine: list[Wo
     metrics["output_rows"] = sum(record["num_rows"] for record in done.values())
     metrics["output_rejected_rows"] = write_rejected_table(job.output)
     if not job.sharded and units and not missing:
-        meta = index_outputs([job.output], job.output, job.index_factory, settings)
+        meta = index_outputs([job.output], job.output, job.index_factory, prepared.settings)
         metrics["index"] = {key: meta[key] for key in ("factory", "metric", "num_rows", "dimension")}
     write_metrics(job.output, metrics)
     progress.log(summary(metrics, job.output))
@@ -89,11 +139,11 @@ def _finish(job: JobConfig, settings: dict, units: list[WorkUnit], mine: list[Wo
     return JobResult(metrics, 3 if metrics["bad_files"] else 0)
 
 
-def _log_start(progress: Progress, job: JobConfig, units: list[WorkUnit], mine: list[WorkUnit],
-               pending: list[WorkUnit], done: dict) -> None:
+def _log_start(progress: Progress, prepared: PreparedJob) -> None:
+    job, units, mine, pending = prepared.job, prepared.units, prepared.mine, prepared.pending
     share = f" (shard {job.shard_index} of {job.num_shards}: {len(mine)})" if job.sharded else ""
     progress.log(f"{len(units)} units{share}, {len(mine) - len(pending)} already done, {len(pending)} to do")
-    stale = set(done) - {unit.unit_id for unit in units}
+    stale = set(prepared.done_before) - {unit.unit_id for unit in units}
     if stale:
         progress.log(f"warning: {job.output} holds {len(stale)} done units that are not among the inputs "
                      f"(e.g. {sorted(stale)[0]!r}); they stay in the index (--overwrite starts afresh)")

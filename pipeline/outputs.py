@@ -22,7 +22,7 @@ from .sinks import AtomicParquetWriter, read_rejected
 from .sources import WorkUnit
 
 if TYPE_CHECKING:
-    from embedpipe.kernels.engine import Engine
+    from embedpipe.kernels.engine import ModelSpec
 
     from .config import JobConfig
     from .tokenizer import TextTokenizer
@@ -41,10 +41,10 @@ class IncompleteOutputs(ValueError):
     """`merge` was asked to index outputs that miss some of the job's units."""
 
 
-def job_settings(job: JobConfig, engine: Engine, tokenizer: TextTokenizer) -> dict:
+def job_settings(job: JobConfig, spec: ModelSpec, tokenizer: TextTokenizer) -> dict:
     """What fixes the embeddings of a job (OUTPUT/job.json); `query` rebuilds the engine from it."""
-    output = engine.output
-    model = job.engine.model if job.engine.model in builtin_models() else str(engine.folder.path)
+    output = spec.output
+    model = job.engine.model if job.engine.model in builtin_models() else str(spec.folder.path)
     return {"model": model,
             "pooling": output.pooling, "normalize": output.normalize, "dim": output.dim,
             "dtype": output.dtype, "prompt": tokenizer.prompt, "max_seq_length": tokenizer.max_length,

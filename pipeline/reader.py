@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import pyarrow as pa
 
-from .sources import ColumnSpec, InputError, WorkUnit, find_bad_texts, read_unit
+from .sources import ColumnSpec, InputError, UnreadableInputError, WorkUnit, find_bad_texts, read_unit
 
 BAD_TEXT_WORDS = {"null": "null", "empty": "empty", "whitespace": "whitespace only"}
 
@@ -37,14 +37,11 @@ class Chunk:
 
 
 def is_unreadable_file(error: InputError) -> bool:
-    """Whether the error is a file that cannot be read (not a column or row problem).
-
-    sources.py raises read failures `from` the library error, and column problems without a cause.
-    """
-    return error.__cause__ is not None
+    """Whether the error is a file that cannot be read (not a column or row problem)."""
+    return isinstance(error, UnreadableInputError)
 
 
-def read_chunks(units: list[WorkUnit], columns: ColumnSpec, read_rows: int,
+def read_chunks(units: Iterable[WorkUnit], columns: ColumnSpec, read_rows: int,
                 fail_on_bad_row: bool) -> Iterator[tuple[Chunk, list[str]]]:
     """(chunk, texts of its good rows) per record batch of each unit, then (end marker, [])."""
     for unit in units:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterable, Iterator
 
 import numpy as np
 
@@ -22,6 +23,7 @@ from .config import JobConfig
 from .manifest import mark_done
 from .progress import Progress
 from .reader import Chunk, is_unreadable_file, read_chunks
+from .run_report import EngineReport
 from .sinks import RejectedWriter, UnitWriter
 from .sources import InputError, WorkUnit
 from .tokenizer_pool import TokenizedChunk, TokenizerPool
@@ -59,27 +61,35 @@ class PendingRows:
 
 @dataclass
 class RunCounts:
+    units: int = 0
     rows: int = 0
     tokens: int = 0
     rejected: int = 0
+    truncated: int = 0
     bad_files: list[dict] = field(default_factory=list)
 
 
-class UnitRunner:
-    """Streams units through the pool and the engine into their files; see the module docstring."""
+def read_and_tokenize(job: JobConfig, pool: TokenizerPool,
+                      units: Iterable[WorkUnit]) -> Iterator[tuple[Chunk, TokenizedChunk]]:
+    """The units' chunks with their token ids; `units` is read lazily (it may be a shared queue)."""
+    return pool.map(read_chunks(units, job.columns, job.read_rows, job.on_bad_row == "fail"))
 
-    def __init__(self, job: JobConfig, engine: Engine, pool: TokenizerPool, progress: Progress):
-        self.job, self.engine, self.pool, self.progress = job, engine, pool, progress
+
+class UnitRunner:
+    """Streams tokenized units through the engine into their files; see the module docstring."""
+
+    def __init__(self, job: JobConfig, engine: Engine, progress: Progress):
+        self.job, self.engine, self.progress = job, engine, progress
         self.batcher = TokenBudgetBatcher(job.batching)
         self.in_flight: deque[tuple[Batch, LazyTensor]] = deque()
         self.slots: dict[str, UnitSlot] = {}
         self.counts = RunCounts()
 
-    def run(self, units: list[WorkUnit]) -> RunCounts:
-        chunks = read_chunks(units, self.job.columns, self.job.read_rows, self.job.on_bad_row == "fail")
+    def run(self, tokenized: Iterable[tuple[Chunk, TokenizedChunk]]) -> RunCounts:
+        """Embeds and writes the units of `tokenized` (read_and_tokenize's chunks, or the same made elsewhere)."""
         try:
-            for chunk, tokenized in self.pool.map(chunks):
-                self._accept(chunk, tokenized)
+            for chunk, chunk_tokens in tokenized:
+                self._accept(chunk, chunk_tokens)
             self._drain(flush=True)
         except BaseException:
             for slot in self.slots.values():  # no partial file survives; done units stay done
@@ -87,11 +97,17 @@ class UnitRunner:
             raise
         return self.counts
 
+    def report(self) -> EngineReport:
+        c = self.counts
+        return EngineReport(str(self.engine.device), c.units, c.rows, c.tokens, c.rejected, c.truncated,
+                            self.batcher.stats, self.engine.counters.as_dict(), list(c.bad_files))
+
     def _accept(self, chunk: Chunk, tokenized: TokenizedChunk) -> None:
         slot = self._slot(chunk)
         if chunk.end:
             self._end_unit(slot, chunk.error)
             return
+        self.counts.truncated += tokenized.num_truncated
         if chunk.rejected_reasons:
             slot.rejected.write(chunk.rejected_ids, chunk.rejected_reasons)
             self.counts.rejected += len(chunk.rejected_reasons)
@@ -169,3 +185,4 @@ class UnitRunner:
         path: Path = slot.writer.close()
         mark_done(self.job.output, slot.unit, slot.writer.num_rows, slot.rejected.num_rows, path.name)
         del self.slots[slot.unit.unit_id]
+        self.counts.units += 1

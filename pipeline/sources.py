@@ -25,6 +25,13 @@ class InputError(Exception):
     """A problem with the user's input data; the message names the file (and column/row)."""
 
 
+class UnreadableInputError(InputError):
+    """A file that cannot be read at all (corrupt, truncated, not the format its name says).
+
+    Its own class rather than a `__cause__`, so the kind survives pickling (engine processes, Ray).
+    """
+
+
 @dataclass(frozen=True)
 class WorkUnit:
     """A resumable slice of one input file.
@@ -194,7 +201,7 @@ def read_unit(unit: WorkUnit, columns: ColumnSpec, batch_rows: int = 4096) -> It
             empty = pa.RecordBatch.from_pylist([], schema=schema)
             yield _shape_batch(empty, columns, id_column, unit, first_row)
     except (pa.ArrowException, OSError) as error:
-        raise InputError(f"{unit.path}: cannot read {unit.format} input: {error}") from error
+        raise UnreadableInputError(f"{unit.path}: cannot read {unit.format} input: {error}") from error
 
 
 def _open_parquet(unit: WorkUnit, columns: ColumnSpec, batch_rows: int):
@@ -317,8 +324,8 @@ def _load_hf(path: str):
 
 
 def _guarded(path: str, read: Callable):
-    """Runs `read`, turning library read errors into an InputError naming `path`."""
+    """Runs `read`, turning library read errors into an UnreadableInputError naming `path`."""
     try:
         return read()
     except (pa.ArrowException, OSError, ValueError) as error:
-        raise InputError(f"{path}: cannot read input: {error}") from error
+        raise UnreadableInputError(f"{path}: cannot read input: {error}") from error

@@ -73,14 +73,14 @@ def _init_worker(pickled_tokenizer: bytes) -> None:
     global _worker_tokenizer, _worker_load_error
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # the pool is the parallelism; no Rayon threads
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C hits the whole group; the parent decides
-    _exit_when_parent_dies()
+    exit_when_parent_dies()
     try:
         _worker_tokenizer = pickle.loads(pickled_tokenizer)
     except Exception as exc:  # reported by every task, so the parent sees the cause
         _worker_load_error = f"{type(exc).__name__}: {exc}"
 
 
-def _exit_when_parent_dies() -> None:
+def exit_when_parent_dies() -> None:
     """A parent killed without running close (SIGTERM, SIGKILL) must not leave workers behind."""
     parent = multiprocessing.parent_process()
     if parent is not None:
@@ -99,6 +99,11 @@ def _tokenize_in_worker(texts: Sequence[str]) -> TokenizedChunk:
 
 
 # ---- parent side ----
+
+def exit_description(exitcode: int) -> str:
+    """How a process ended: 'exit code 1', or 'exit code -9, SIGKILL' when a signal ended it."""
+    return f"exit code {exitcode}, {signal.Signals(-exitcode).name}" if exitcode < 0 else f"exit code {exitcode}"
+
 
 class _TrackingContext:
     """A spawn context that remembers the processes it starts.
@@ -223,10 +228,7 @@ class TokenizerPool:
         codes = [p.exitcode for p in self._context.processes if p.exitcode not in (None, 0)]
         # the survivors were SIGTERMed after one died; the culprit is the one that wasn't
         culprits = [code for code in codes if code != -signal.SIGTERM] or codes
-        if not culprits:
-            return "exit code unknown"
-        code = culprits[0]
-        return f"exit code {code}, {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+        return exit_description(culprits[0]) if culprits else "exit code unknown"
 
     def _abort(self) -> None:
         """Terminates the workers at once; the executor then fails whatever was pending."""

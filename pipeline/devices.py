@@ -1,0 +1,145 @@
+"""`index --devices`: one engine process per device, all pulling units from one shared queue.
+
+Each process (device_worker.py) builds its own engine and tokenizer pool and takes the next unit
+whenever its reader needs one, so a slower device simply ends up with fewer units. The processes
+write unit files and manifest records exactly as a single engine does; writers never share a file
+(each unit has its own, written under a unique temporary name and renamed into place). The parent
+feeds the queue, shows progress and watches the processes: an error or a dead process stops the
+others and fails the job (completed units are kept, so running the command again resumes).
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+import queue
+from typing import TYPE_CHECKING
+
+import torch
+
+from .config import ConfigError, DeviceSpec, JobConfig
+from .device_worker import EnginePlan, engine_process
+from .progress import Progress
+from .run_report import EngineReport
+from .tokenizer_pool import exit_description
+
+if TYPE_CHECKING:
+    from .job import PreparedJob
+
+POLL_S = 0.2  # how often the parent looks for dead processes while no event arrives
+LAST_EVENTS_S = 1.0  # a process that exited has flushed its events: wait this long for them
+STOP_S = 30.0  # after this, a process that does not stop is killed
+
+
+class EngineProcessError(RuntimeError):
+    """An engine process died or failed unexpectedly; the other engines have been stopped."""
+
+
+def local_devices(spec: DeviceSpec) -> list[str]:
+    """Torch device names of the engines: ["cuda:0", "cuda:1"] or ["cpu", "cpu"]."""
+    if spec.kind == "cpu":
+        return ["cpu"] * spec.count
+    available = torch.cuda.device_count()
+    if not available:
+        raise ConfigError("devices: no CUDA device is visible on this machine; "
+                          "--devices cpu:N runs N engine processes on the CPU")
+    indices = spec.indices or range(spec.count or available)
+    beyond = [index for index in indices if index >= available]
+    if beyond:
+        raise ConfigError(f"devices: CUDA device {beyond[0]} does not exist here ({available} visible: "
+                          f"0 to {available - 1})")
+    return [f"cuda:{index}" for index in indices]
+
+
+def engine_plans(job: JobConfig, devices: list[str]) -> list[EnginePlan]:
+    """CPU engines share the cores among their torch threads and tokenize in their own process;
+    GPU engines keep a core each and share the others among their tokenizer workers."""
+    cores, count = os.cpu_count() or 1, len(devices)
+    if devices[0] == "cpu":
+        return [EnginePlan(i, device, job.num_workers or 0, max(1, cores // count)) for i, device in enumerate(devices)]
+    workers = job.num_workers if job.num_workers is not None else max(1, (cores - count) // count)
+    return [EnginePlan(i, device, workers) for i, device in enumerate(devices)]
+
+
+class DeviceEngines:
+    """The Embedder of `--devices`: engine processes fed from one queue of units."""
+
+    def __init__(self, job: JobConfig):
+        self.job = job
+        self.plans = engine_plans(job, local_devices(job.devices))
+
+    def embed(self, prepared: PreparedJob, progress: Progress) -> list[EngineReport]:
+        if not prepared.pending:
+            return [EngineReport(plan.device) for plan in self.plans]
+        context = multiprocessing.get_context("spawn")
+        units, events = context.Queue(), context.Queue()
+        for unit in prepared.pending:
+            units.put(unit)
+        for _ in self.plans:
+            units.put(None)  # one end marker per process
+        processes = [context.Process(target=engine_process, args=(self.job, plan, units, events),
+                                     name=f"embedpipe-engine-{plan.device}") for plan in self.plans]
+        finished = False
+        try:
+            for process in processes:
+                process.start()
+            reports = self._watch(processes, events, progress)
+            finished = True
+            return reports
+        finally:
+            units.cancel_join_thread()  # on a failure, unread units must not keep this process alive
+            _stop(processes, terminate=not finished)
+
+    def _watch(self, processes: list, events, progress: Progress) -> list[EngineReport]:
+        """Relays progress until every process has reported; raises on the first failure or death."""
+        reports: dict[int, EngineReport] = {}
+        while len(reports) < len(processes):
+            kind, index, payload = self._next_event(processes, events, reports)
+            if kind == "progress":
+                progress.advance(*payload)
+            elif kind == "log":
+                progress.log(f"{self.plans[index].device}: {payload}")
+            elif kind == "done":
+                reports[index] = payload
+            else:
+                raise self._failure(index, *payload)
+        return [reports[plan.index] for plan in self.plans]
+
+    def _next_event(self, processes: list, events, reports: dict) -> tuple:
+        while True:
+            try:
+                return events.get(timeout=POLL_S)
+            except queue.Empty:
+                pass
+            for index, process in enumerate(processes):
+                if process.exitcode is not None and index not in reports:
+                    try:  # it exited: its last events are already in the queue, if it sent them
+                        return events.get(timeout=LAST_EVENTS_S)
+                    except queue.Empty:
+                        raise EngineProcessError(
+                            f"the engine process on {self.plans[index].device} died "
+                            f"({exit_description(process.exitcode)}); the other engines were stopped. "
+                            "Completed units are kept: run the same command again to resume") from None
+
+    def _failure(self, index: int, pickled: bytes | None, trace: str) -> Exception:
+        """The process's own error when it pickles (an input error keeps its type and exit code)."""
+        device = self.plans[index].device
+        if pickled is None:
+            return EngineProcessError(f"the engine process on {device} failed:\n{trace}")
+        error = pickle.loads(pickled)
+        error.add_note(f"raised in the engine process on {device}:\n{trace}")
+        return error
+
+
+def _stop(processes: list, terminate: bool) -> None:
+    """Joins the processes; with terminate, SIGTERMs them first (they remove their open unit files)."""
+    for process in processes:
+        if terminate and process.is_alive():
+            process.terminate()
+    for process in processes:
+        if process.pid is None:
+            continue  # never started
+        process.join(STOP_S)
+        if process.is_alive():
+            process.kill()
+            process.join()

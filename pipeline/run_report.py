@@ -1,0 +1,43 @@
+"""What each engine of a run did, and the run's metrics, which add up the reports of all its engines."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from embedpipe.kernels.graph_cache import GraphCounters
+
+from .batcher import BatchStats
+
+
+@dataclass
+class EngineReport:
+    """One engine's share of a run: units written, rows, tokens, batches and graph counters."""
+
+    device: str
+    units: int = 0
+    rows: int = 0
+    tokens: int = 0
+    rejected: int = 0
+    truncated: int = 0
+    batches: BatchStats = field(default_factory=BatchStats)
+    graphs: dict[str, int] = field(default_factory=lambda: GraphCounters().as_dict())  # eager runs, captures, replays
+    bad_files: list[dict] = field(default_factory=list)
+
+    def __add__(self, other: EngineReport) -> EngineReport:
+        """Both reports summed, under this report's device."""
+        graphs = {key: self.graphs.get(key, 0) + other.graphs.get(key, 0) for key in self.graphs | other.graphs}
+        return EngineReport(self.device, self.units + other.units, self.rows + other.rows,
+                            self.tokens + other.tokens, self.rejected + other.rejected,
+                            self.truncated + other.truncated, self.batches + other.batches, graphs,
+                            self.bad_files + other.bad_files)
+
+
+def run_metrics(reports: list[EngineReport], seconds: float) -> dict:
+    """The run's counters (metrics.json), over all engines; `engines` lists each engine's share."""
+    total = sum(reports, EngineReport(""))
+    seconds = max(seconds, 1e-9)
+    return {"rows": total.rows, "tokens": total.tokens, "rejected_rows": total.rejected,
+            "truncated_texts": total.truncated, "padding_waste": total.batches.padding_waste,
+            "batches": total.batches.batches, "seconds": seconds, "tokens_per_s": total.tokens / seconds,
+            "embeddings_per_s": total.rows / seconds,
+            "engine": {**total.graphs, "device": ", ".join(report.device for report in reports)},
+            "engines": [{"device": r.device, "units": r.units, "rows": r.rows, "tokens": r.tokens} for r in reports]}
