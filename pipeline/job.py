@@ -58,6 +58,7 @@ def run_metrics(runner: UnitRunner, pool: TokenizerPool, progress: Progress) -> 
     return {"rows": counts.rows, "tokens": counts.tokens, "rejected_rows": counts.rejected,
             "truncated_texts": pool.num_truncated, "padding_waste": stats.padding_waste,
             "batches": stats.batches, "seconds": seconds, "tokens_per_s": counts.tokens / seconds,
+            "out_of_memory_splits": runner.oom.num_splits,
             "embeddings_per_s": counts.rows / seconds,
             "engine": {**runner.engine.counters.as_dict(), "device": str(runner.engine.device)}}
 
@@ -81,7 +82,8 @@ def _finish(job: JobConfig, settings: dict, units: list[WorkUnit], mine: list[Wo
     metrics["output_rejected_rows"] = write_rejected_table(job.output)
     if not job.sharded and units and not missing:
         meta = index_outputs([job.output], job.output, job.index_factory, settings)
-        metrics["index"] = {key: meta[key] for key in ("factory", "metric", "num_rows", "dimension")}
+        metrics["index"] = {key: meta.get(key)
+                            for key in ("factory", "metric", "num_rows", "dimension", "duplicate_ids")}
     write_metrics(job.output, metrics)
     progress.log(summary(metrics, job.output))
     if missing:  # every unit ends done or in a raised error
@@ -106,6 +108,8 @@ def summary(metrics: dict, output: Path) -> str:
             f"padding {100 * metrics['padding_waste']:.1f}%")
     if "index" in metrics:
         line += f"; index of {metrics['index']['num_rows']:,} rows at {output / 'index.faiss'}"
+    if metrics.get("index", {}).get("duplicate_ids"):
+        line += f"; warning: {metrics['index']['duplicate_ids']:,} ids occur more than once (each row is kept)"
     if metrics["bad_files"]:
         line += f"; skipped {len(metrics['bad_files'])} bad files (listed in {output / 'metrics.json'})"
     return line

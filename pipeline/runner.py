@@ -18,8 +18,10 @@ from embedpipe.kernels.engine import Engine
 from embedpipe.kernels.lazy_tensor import LazyTensor
 
 from .batcher import TokenBudgetBatcher
+from .column_types import ColumnTypes
 from .config import JobConfig
 from .manifest import mark_done
+from .oom_split import SplitOnOutOfMemory
 from .progress import Progress
 from .reader import Chunk, is_unreadable_file, read_chunks
 from .sinks import RejectedWriter, UnitWriter
@@ -71,12 +73,14 @@ class UnitRunner:
     def __init__(self, job: JobConfig, engine: Engine, pool: TokenizerPool, progress: Progress):
         self.job, self.engine, self.pool, self.progress = job, engine, pool, progress
         self.batcher = TokenBudgetBatcher(job.batching)
+        self.oom = SplitOnOutOfMemory(engine, job.batching.policy, self.batcher.pad_token_id, describe_row)
         self.in_flight: deque[tuple[Batch, LazyTensor]] = deque()
         self.slots: dict[str, UnitSlot] = {}
         self.counts = RunCounts()
 
     def run(self, units: list[WorkUnit]) -> RunCounts:
-        chunks = read_chunks(units, self.job.columns, self.job.read_rows, self.job.on_bad_row == "fail")
+        chunks = read_chunks(units, self.job.columns, self.job.read_rows, self.job.on_bad_row == "fail",
+                             ColumnTypes.of_output(self.job.output))
         try:
             for chunk, tokenized in self.pool.map(chunks):
                 self._accept(chunk, tokenized)
@@ -132,7 +136,7 @@ class UnitRunner:
     def _drain(self, flush: bool) -> None:
         """Submits every full batch (with flush, every queued sequence); collects all but the newest."""
         while (batch := self.batcher.next_batch(flush=flush)) is not None:
-            self.in_flight.append((batch, self.engine.step(batch)))
+            self.in_flight.append((batch, self.oom.step(batch)))
             if len(self.in_flight) == MAX_IN_FLIGHT:  # batch N+1 is queued: now wait for batch N
                 self._collect(*self.in_flight.popleft())
         while flush and self.in_flight:
@@ -140,7 +144,7 @@ class UnitRunner:
 
     def _collect(self, batch: Batch, handle: LazyTensor) -> None:
         """Copies a batch's embeddings [num_seqs, width] to their chunks, writing the chunks it completes."""
-        vectors = handle.result().numpy()
+        vectors = self.oom.result(batch, handle).numpy()
         self.counts.tokens += batch.num_tokens
         self.progress.advance(rows=batch.num_seqs, tokens=batch.num_tokens)
         row = 0
@@ -169,3 +173,8 @@ class UnitRunner:
         path: Path = slot.writer.close()
         mark_done(self.job.output, slot.unit, slot.writer.num_rows, slot.rejected.num_rows, path.name)
         del self.slots[slot.unit.unit_id]
+
+
+def describe_row(tag: tuple[PendingRows, int]) -> str:
+    rows, row = tag
+    return f"the row with id {rows.chunk.ids[row].as_py()!r} of {rows.slot.unit.path}"
