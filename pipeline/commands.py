@@ -1,6 +1,7 @@
 """What each CLI command does, given its configs. Errors a user can fix exit with a message, not a traceback."""
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import sys
@@ -10,7 +11,7 @@ from embedpipe.kernels.model_folder import ModelLoadError, read_model_folder
 
 from .embed import embed_texts, make_tokenizer
 from .config import ConfigError, job_config, merge_options
-from .lock import OutputLocked, output_lock
+from .lock import LOCK_FILE, OutputLocked, output_lock
 from .manifest import SettingsMismatch
 from .oom_split import TextTooLargeForDevice
 from .outputs import IncompleteOutputs, IndexBuildError, merge_outputs
@@ -92,6 +93,27 @@ def run_merge(outputs: list, into, factory: str, allow_incomplete: bool) -> None
         fail(str(e))
     print(f"embedpipe: index of {meta['num_rows']:,} rows ({meta['factory']}, {meta['metric']}) "
           f"at {into}/index.faiss", file=sys.stderr)
+
+
+def run_verify(outputs: list, index_dir, inputs: list[str] | None) -> None:
+    """Prints each check; exit codes: 0 all hold, 1 a check failed, 2 not an output folder or bad inputs, 4 locked."""
+    from .verify import verify
+
+    try:
+        with contextlib.ExitStack() as held:  # shared: no index job starts writing while verify reads
+            for output in outputs:
+                if (output / LOCK_FILE).exists():
+                    held.enter_context(output_lock(output, exclusive=False))
+            report = verify(list(outputs), index_dir, inputs)
+    except USER_ERRORS as e:
+        fail(str(e))
+    except OutputLocked as e:
+        fail(str(e), 4)
+    for status, message in report.lines:
+        print(f"{status:<5} {message}")
+    failed = sum(status == "FAIL" for status, _ in report.lines)
+    print(f"embedpipe: verify: {'passed' if report.passed else f'{failed} checks failed'}", file=sys.stderr)
+    raise SystemExit(0 if report.passed else 1)
 
 
 def run_query(text: str, index_dir, k: int, as_json: bool, model: str | None, dim: int | None,

@@ -35,7 +35,8 @@ def output_lock(output: Path, exclusive: bool = True, shard: tuple[int, int] | N
 
 def _take(path: Path, exclusive: bool) -> int:
     """An open descriptor of `path` holding its flock; the lock ends when it is closed."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    access = os.O_RDWR if exclusive else os.O_RDONLY  # a shared holder reads it only: a read-only OUTPUT is fine
+    fd = os.open(path, access | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
     except BlockingIOError:
