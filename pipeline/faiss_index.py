@@ -174,8 +174,12 @@ def _write_faiss(index, path: Path, binary: bool) -> None:
     import faiss
 
     temporary = temporary_path(path)
-    (faiss.write_index_binary if binary else faiss.write_index)(index, str(temporary))
-    commit_file(temporary, path)
+    try:
+        (faiss.write_index_binary if binary else faiss.write_index)(index, str(temporary))
+        commit_file(temporary, path)
+    except BaseException:  # a full disk, an interrupt: no temporary is left behind
+        temporary.unlink(missing_ok=True)
+        raise
 
 
 class SearchIndex:

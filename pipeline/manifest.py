@@ -22,8 +22,12 @@ class SettingsMismatch(Exception):
 def write_json_atomic(path: Path, data: Any) -> None:
     """Writes JSON through a temporary file renamed into place."""
     temporary = temporary_path(path)
-    temporary.write_text(json.dumps(data, indent=2, sort_keys=True))
-    commit_file(temporary, path)
+    try:
+        temporary.write_text(json.dumps(data, indent=2, sort_keys=True))
+        commit_file(temporary, path)
+    except BaseException:  # a full disk, an interrupt: no temporary is left behind
+        temporary.unlink(missing_ok=True)
+        raise
 
 
 def mark_done(output_dir: str | Path, unit: WorkUnit, num_rows: int, num_rejected: int,
