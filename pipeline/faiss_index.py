@@ -1,6 +1,7 @@
 """FAISS index over the completed units of one or more output folders: build and search."""
 from __future__ import annotations
 
+import errno
 import json
 import re
 from importlib.metadata import version
@@ -14,7 +15,7 @@ import pyarrow.parquet as pq
 
 from embedpipe.pipeline.column_types import widen
 from embedpipe.pipeline.manifest import completed_units, write_json_atomic
-from embedpipe.pipeline.sinks import EMBEDDING_TYPES, AtomicParquetWriter, commit_file, temporary_path
+from embedpipe.pipeline.sinks import EMBEDDING_TYPES, AtomicParquetWriter, commit_file, temporary_path, writing
 
 TRAIN_SEED = 0
 READ_BATCH_ROWS = 16384
@@ -175,8 +176,12 @@ def _write_faiss(index, path: Path, binary: bool) -> None:
 
     temporary = temporary_path(path)
     try:
-        (faiss.write_index_binary if binary else faiss.write_index)(index, str(temporary))
-        commit_file(temporary, path)
+        with writing(path):
+            try:
+                (faiss.write_index_binary if binary else faiss.write_index)(index, str(temporary))
+            except RuntimeError as error:  # FAISS reports a failed write so: "... failed: write error in ... (reason)"
+                raise OSError(errno.EIO, str(error).rsplit("failed: ", 1)[-1]) from error
+            commit_file(temporary, path)
     except BaseException:  # a full disk, an interrupt: no temporary is left behind
         temporary.unlink(missing_ok=True)
         raise
