@@ -293,8 +293,15 @@ def _shape_batch(batch: pa.RecordBatch, columns: ColumnSpec, id_column: str | No
         if ids.null_count:
             null_row = first_row + pc.index(ids.is_null(), True).as_py()
             raise InputError(f"{unit.path}: id column {id_name!r} is null at row {null_row}")
-    arrays = [ids, _as_text(batch.column(columns.text)), *(batch.column(n) for n in columns.keep)]
+    arrays = [_without_view(ids), _as_text(batch.column(columns.text)),
+              *(_without_view(batch.column(n)) for n in columns.keep)]
     return pa.RecordBatch.from_arrays(arrays, names=[id_name, columns.text, *columns.keep])
+
+
+def _without_view(column: pa.Array) -> pa.Array:
+    """string_view / binary_view as string / binary: the same values, and Arrow's take() has no view kernels."""
+    plain = {pa.string_view(): pa.string(), pa.binary_view(): pa.binary()}.get(column.type)
+    return column if plain is None else column.cast(plain)
 
 
 def _as_text(texts: pa.Array) -> pa.Array:
