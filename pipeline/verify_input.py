@@ -36,8 +36,9 @@ def check_input(inputs: list[str], settings: dict, ids: pa.ChunkedArray, output_
     for differs, what in ((num_in > num_out, "missing from the output (and not rejected)"),
                           (num_out > num_in, "in the output more often than in the input")):
         if differs.any():
-            first = counts.filter(pa.array(differs)).slice(0, 1).to_pylist()[0]
-            problems.append(f"{differs.sum():,} ids are {what} (first: {first})")
+            row = int(differs.argmax())
+            problems.append(f"{differs.sum():,} ids are {what} (first: id {counts.column('id')[row].as_py()!r}, "
+                            f"{num_in[row]} in the input, {num_out[row]} in the output or rejected)")
     report.check(not problems, f"input: each of the {int(num_in.sum()):,} input rows is in the output or "
                  "rejected, once", "input: " + "; ".join(problems))
 
