@@ -103,3 +103,23 @@ def test_a_second_job_on_the_same_output_is_refused_and_the_first_is_unharmed(jo
     assert read_embeddings(output).equals(reference)  # same settings, same batches: the same bits
     verified = CliRunner().invoke(app, ["verify", str(output), "--input", str(inputs)])
     assert verified.exit_code == 0, verified.output
+
+
+def test_a_tokenizer_that_raises_stops_the_job_with_its_cause(job, tmp_path, monkeypatch):
+    from embedpipe.pipeline.tokenizer import TextTokenizer
+
+    inputs, options = job
+    calls = iter(range(100))
+    encode = TextTokenizer.encode
+
+    def encode_until_the_fourth_chunk(self, texts):
+        if next(calls) == 3:
+            raise RuntimeError("the tokenizer broke")
+        return encode(self, texts)
+
+    monkeypatch.setattr(TextTokenizer, "encode", encode_until_the_fourth_chunk)  # in-process: --workers 0
+    result = CliRunner().invoke(app, ["index", str(inputs), "--output", str(tmp_path / "out"), *map(str, options),
+                                      "--workers", "0"])
+    assert result.exit_code == 1
+    assert "tokenizer raised RuntimeError: the tokenizer broke; the completed units are kept" in result.stderr
+    assert len(assert_consistent(tmp_path / "out")) <= 3  # units past the failure are never counted done
