@@ -8,7 +8,8 @@ import typer
 
 
 def verify(
-    outputs: list[Path] = typer.Argument(..., help="Output folders of one job: its OUTPUT, or the OUTPUTs of its shards."),
+    outputs: list[Path] = typer.Argument(
+        ..., help="Output folders of one job: its OUTPUT, or the OUTPUTs of its shards."),
     index: Optional[Path] = typer.Option(
         None, "--index", help="Folder of the index (default: the first OUTPUT; after `merge --into DIR`, DIR)."),
     inputs: Optional[list[str]] = typer.Option(

@@ -75,15 +75,16 @@ def check_units(output_dirs: list[Path], report: Report) -> list[tuple[Path, dic
     twice = []
     for output_dir in output_dirs:
         for unit_id, record in completed_units(output_dir).items():
-            if unit_id in found:
-                twice.append(unit_id)
+            twice += [unit_id] if unit_id in found else []
             found[unit_id] = (output_dir / "embeddings" / record["file_name"], record)
     missing = sorted(listed - found.keys())
-    report.check(bool(listed) and not missing, f"units: all {len(listed):,} units of the job are done",
-                 f"units: {len(missing):,} of the job's {len(listed):,} units are not done (first: {missing[0]!r})"
-                 if missing else f"units: the job has no units ({UNITS_FILE} {'is empty' if lists else 'is missing'})")
+    if missing or not listed:
+        report.check(False, "", f"units: {len(missing):,} of the job's {len(listed):,} units are not done "
+                                f"(first: {missing[0]!r})" if missing else f"units: no units listed in {UNITS_FILE}")
+    else:
+        report.check(True, f"units: all {len(listed):,} units of the job are done", "")
     report.check(not twice, "units: each is done once",
-                 f"units: {len(twice)} units are done in two outputs (first: {twice and twice[0]!r})")
+                 f"units: {len(twice)} units are done in two outputs (first: {twice[:1]})")
     stale = sorted(found.keys() - listed)
     if stale:
         report.warn(f"{len(stale)} done units are not units of the job (e.g. {stale[0]!r}): left from older inputs")
@@ -91,23 +92,24 @@ def check_units(output_dirs: list[Path], report: Report) -> list[tuple[Path, dic
 
 
 def check_files(files: list[tuple[Path, dict]], settings: dict, report: Report) -> pa.ChunkedArray | None:
-    """Checks each file's rows, dimension, dtype and vectors; returns all ids in order (None: no files)."""
+    """Checks each file's rows, dimension, dtype and vectors; returns all ids in order (None: their types clash)."""
     width = settings["dim"] // 8 if settings["dtype"] == "binary" else settings["dim"]
     expected = pa.list_(embedding_type(settings["dtype"]), width)
-    wrong, bad_vectors, id_chunks, schemas = [], [], [], []
+    wrong, num_bad, first_bad, id_chunks, schemas = [], 0, None, [], []
     for path, record in files:
         footer = pq.ParquetFile(path)
         vector_type = footer.schema_arrow.field("embedding").type
         if vector_type != expected or footer.metadata.num_rows != record["num_rows"]:
             wrong.append(f"{path.name}: {footer.metadata.num_rows} rows of {vector_type}")
         ids, bad_ids = read_ids_and_bad_vectors(footer)
-        bad_vectors += [f"id {bad!r} in {path.name}" for bad in bad_ids]
+        num_bad += len(bad_ids)
+        first_bad = first_bad or (f"id {bad_ids[0].as_py()!r} in {path.name}" if len(bad_ids) else None)
         id_chunks.append(ids)
         schemas += [(path, footer.schema_arrow)] if len(ids) else []
     report.check(not wrong, f"files: {len(files):,} files hold their recorded rows of {expected}",
                  f"files: {len(wrong)} files differ from their records or from {expected} (first: {wrong[:1]})")
-    report.check(not bad_vectors, "vectors: no NaN or all-zero vector",
-                 f"vectors: {len(bad_vectors):,} NaN or all-zero vectors (first: {bad_vectors[:1]})")
+    report.check(not num_bad, "vectors: no NaN or all-zero vector",
+                 f"vectors: {num_bad:,} NaN or all-zero vectors (first: {first_bad})")
     try:
         id_type = common_id_type(schemas)
     except ColumnTypeChange as error:
@@ -124,19 +126,19 @@ def common_id_type(schemas: list[tuple[Path, pa.Schema]]) -> pa.DataType:
     return schema.field(0).type
 
 
-def read_ids_and_bad_vectors(footer: pq.ParquetFile) -> tuple[pa.Array, list]:
+def read_ids_and_bad_vectors(footer: pq.ParquetFile) -> tuple[pa.Array, pa.Array]:
     """A file's ids, and the ids of its NaN or all-zero embeddings (read in slices)."""
     ids, bad = [], []
-    id_name = footer.schema_arrow.names[0]
-    for batch in footer.iter_batches(READ_ROWS, columns=[id_name, "embedding"]):
+    for batch in footer.iter_batches(READ_ROWS, columns=[footer.schema_arrow.names[0], "embedding"]):
         vectors = batch.column(1)
         values = vectors.flatten().to_numpy(zero_copy_only=False).reshape(len(batch), vectors.type.list_size)
-        is_bad = ~values.any(axis=1)
+        is_bad = ~values.any(axis=1)  # all zero (for binary: every bit 0)
         if np.issubdtype(values.dtype, np.floating):
             is_bad |= np.isnan(values).any(axis=1)
-        bad += batch.column(0).filter(pa.array(is_bad)).to_pylist()
+        bad.append(batch.column(0).filter(pa.array(is_bad)))
         ids.append(batch.column(0))
-    return pa.concat_arrays(ids) if ids else pa.array([], footer.schema_arrow.field(0).type), bad
+    id_type = footer.schema_arrow.field(0).type
+    return pa.chunked_array(ids, id_type).combine_chunks(), pa.chunked_array(bad, id_type).combine_chunks()
 
 
 def check_index(index_dir: Path, settings: dict, ids: pa.ChunkedArray, report: Report) -> None:

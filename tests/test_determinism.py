@@ -19,9 +19,9 @@ def run(tmp_path_factory, tiny_model):
 
     def index(workers: int, max_batch_tokens: int):
         output = folder / f"out{next(runs)}"
-        result = CliRunner().invoke(app, ["index", str(folder / "in"), "--output", str(output), "--model", str(tiny_model),
-                                          "--device", "cpu", "--quiet", "--rows-per-unit", "25", "--workers", str(workers),
-                                          "--max-batch-tokens", str(max_batch_tokens)])
+        options = ["--model", tiny_model, "--device", "cpu", "--quiet", "--rows-per-unit", 25, "--workers", workers,
+                   "--max-batch-tokens", max_batch_tokens]
+        result = CliRunner().invoke(app, ["index", str(folder / "in"), "--output", str(output), *map(str, options)])
         assert result.exit_code == 0, result.output
         return read_embeddings(output)
     return index

@@ -101,7 +101,8 @@ def test_a_column_type_change_across_files(tmp_path, tiny_model):
         ids = pq.read_table(index_dir / "index_ids.parquet")
         assert ids.schema.field("id").type == pa.int64() and ids.column("id").to_pylist() == [1, 2, 3]
         assert ids.schema.field("src").type == pa.large_string()
-    shards = verify(tmp_path / "shard0", tmp_path / "shard1", "--index", tmp_path / "merged", "--input", tmp_path / "in")
+    shards = verify(tmp_path / "shard0", tmp_path / "shard1", "--index", tmp_path / "merged",
+                    "--input", tmp_path / "in")
     assert shards.exit_code == 0, shards.output
 
 
