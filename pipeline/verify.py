@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from .column_types import ColumnTypeChange, widen
 from .faiss_index import count_duplicates
 from .manifest import completed_units
-from .outputs import UNITS_FILE, IncompleteOutputs, read_settings
+from .outputs import INDEX_OWNED_KEYS, UNITS_FILE, IncompleteOutputs, read_settings
 from .sinks import embedding_type
 from .verify_input import check_input
 
@@ -148,8 +148,7 @@ def check_index(index_dir: Path, settings: dict, ids: pa.ChunkedArray, report: R
         report.check(False, "", f"index: no index.json in {index_dir} (build it with `embedpipe merge`)")
         return
     meta = json.loads(meta_path.read_text())
-    # index.json's id_column is the column's name; job.json's, the option (None: `id` or derived)
-    differing = sorted(key for key, value in settings.items() if key != "id_column" and meta.get(key) != value)
+    differing = sorted(key for key, value in settings.items() if key not in INDEX_OWNED_KEYS and meta.get(key) != value)
     report.check(not differing, "index: built with job.json's settings",
                  f"index: index.json differs from job.json in {differing}")
     report.check((meta["dimension"], meta["dtype"]) == (settings["dim"], settings["dtype"]),
