@@ -34,6 +34,8 @@ from embedpipe.cli.serve import serve  # noqa: E402 - its options live in cli/se
 app.command()(serve)
 from embedpipe.cli.warmup import warmup  # noqa: E402
 app.command()(warmup)
+from embedpipe.cli.verify import verify  # noqa: E402
+app.command()(verify)
 
 
 def main():

@@ -42,7 +42,8 @@ def index_command(shard: int) -> str:
 
 SHARD_OUTPUTS = " ".join(shlex.quote(shard_output(shard)) for shard in range(NUM_SHARDS))
 MERGE_COMMAND = f"embedpipe merge {SHARD_OUTPUTS} --into {shlex.quote(OUTPUT + '/index')}"
-VERIFY_COMMAND = f"embedpipe verify {SHARD_OUTPUTS} --input {shlex.quote(INPUTS)}"  # exit 0 only when all checks hold
+VERIFY_COMMAND = (f"embedpipe verify {SHARD_OUTPUTS} --index {shlex.quote(OUTPUT + '/index')} "
+                  f"--input {shlex.quote(INPUTS)}")  # exit 0 only when all checks hold
 
 with DAG(dag_id="embedpipe_index", schedule=None, start_date=datetime(2026, 1, 1), catchup=False,
          default_args={"retries": 2, "retry_delay": timedelta(minutes=5)}, tags=["embedpipe"]) as dag:

@@ -94,3 +94,14 @@ def pack(sequences: Sequence[Sequence[int]], policy: BucketPolicy | None = None,
     cu[0] = 0
     cu[1:num_seqs + 1] = np.cumsum(lengths)
     return Batch(torch.from_numpy(ids), torch.from_numpy(cu), num_seqs, num_tokens, list(tags or []))
+
+
+def split_in_halves(batch: Batch, policy: BucketPolicy | None = None, pad_token_id: int = 0) -> tuple[Batch, Batch]:
+    """The batch's first and second half of sequences (num_seqs >= 2), each packed anew with its tags."""
+    if batch.num_seqs < 2:
+        raise ValueError("a batch of one sequence cannot be split")
+    bounds = batch.cu_seqlens[: batch.num_seqs + 1].tolist()
+    sequences = [batch.input_ids[start:end] for start, end in zip(bounds[:-1], bounds[1:])]
+    half = batch.num_seqs // 2
+    return (pack(sequences[:half], policy, pad_token_id, batch.tags[:half]),
+            pack(sequences[half:], policy, pad_token_id, batch.tags[half:]))

@@ -1,6 +1,7 @@
 """What each CLI command does, given its configs. Errors a user can fix exit with a message, not a traceback."""
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import sys
@@ -10,8 +11,10 @@ from embedpipe.kernels.model_folder import ModelLoadError, read_model_folder
 
 from .embed import embed_texts, make_tokenizer
 from .config import ConfigError, job_config, merge_options
-from .faiss_index import DuplicateIdError
+from .devices import EngineProcessError
+from .lock import LOCK_FILE, OutputLocked, output_lock
 from .manifest import SettingsMismatch
+from .oom_split import TextTooLargeForDevice
 from .outputs import IncompleteOutputs, IndexBuildError, merge_outputs
 from .query import NoIndex, format_hits, query_prompt_name, search
 from .sources import InputError
@@ -19,7 +22,11 @@ from .tokenizer_pool import TokenizerPoolError
 
 # errors a user can fix: exit code 2 and a message
 USER_ERRORS = (ConfigError, InputError, SettingsMismatch, ModelLoadError, IndexBuildError, IncompleteOutputs,
-               DuplicateIdError, NoIndex)
+               NoIndex)
+# faults of the machine, not the input (a tokenizer worker or engine process died, a write failed, the device
+# is full): exit code 1
+JOB_FAULTS = (TokenizerPoolError, EngineProcessError, TextTooLargeForDevice, OSError)
+RESUME = "the completed units are kept: run the same command again to resume"
 
 
 def fail(message: str, code: int = 2):
@@ -39,23 +46,26 @@ def run_embed(config: EngineConfig, texts: list[str], prompt: str | None, prompt
 
 
 def run_index(given: dict, config_file) -> None:
-    """Exit codes: 0 done, 1 unexpected error, 2 usage / config / input error, 3 done but for skipped files."""
-    from .devices import EngineProcessError
+    """Exit codes: 0 done; 1 a fault (worker, engine process, disk, device) or a bug; 2 usage / config / input
+    error; 3 done but for skipped files; 4 OUTPUT is locked by another run; 130 / 143 interrupted (SIGINT / SIGTERM)."""
     from .job import run_job
 
     try:
         job = job_config(merge_options(config_file, given))
     except ValueError as e:
         fail(str(e))
-    previous_handler = signal.signal(signal.SIGTERM, _exit_on_sigterm)  # unwind: remove open unit files
+    previous_handler = signal.signal(signal.SIGTERM, _interrupt)  # unwinds like Ctrl-C: open unit files are removed
     try:
         result = run_job(job)
     except USER_ERRORS as e:
         fail(str(e))
-    except (TokenizerPoolError, EngineProcessError) as e:
-        fail(str(e), 1)
-    except KeyboardInterrupt:
-        fail("interrupted; the completed units are kept, run the same command again to resume", 130)
+    except OutputLocked as e:
+        fail(str(e), 4)
+    except JOB_FAULTS as e:
+        fail(f"{e}; {RESUME}", 1)
+    except KeyboardInterrupt as e:
+        signum = e.signum if isinstance(e, Terminated) else signal.SIGINT
+        fail(f"interrupted ({signal.Signals(signum).name}); {RESUME}", 128 + signum)
     finally:
         signal.signal(signal.SIGTERM, previous_handler)
     if result.exit_code == 3:
@@ -64,8 +74,16 @@ def run_index(given: dict, config_file) -> None:
     raise SystemExit(result.exit_code)
 
 
-def _exit_on_sigterm(signum, frame):
-    raise SystemExit(128 + signum)
+class Terminated(KeyboardInterrupt):
+    """A termination signal, raised in the main thread to stop the job as Ctrl-C does."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _interrupt(signum, frame):
+    raise Terminated(signum)
 
 
 def run_merge(outputs: list, into, factory: str, allow_incomplete: bool) -> None:
@@ -75,6 +93,27 @@ def run_merge(outputs: list, into, factory: str, allow_incomplete: bool) -> None
         fail(str(e))
     print(f"embedpipe: index of {meta['num_rows']:,} rows ({meta['factory']}, {meta['metric']}) "
           f"at {into}/index.faiss", file=sys.stderr)
+
+
+def run_verify(outputs: list, index_dir, inputs: list[str] | None) -> None:
+    """Prints each check; exit codes: 0 all hold, 1 a check failed, 2 not an output folder or bad inputs, 4 locked."""
+    from .verify import verify
+
+    try:
+        with contextlib.ExitStack() as held:  # shared: no index job starts writing while verify reads
+            for output in outputs:
+                if (output / LOCK_FILE).exists():
+                    held.enter_context(output_lock(output, exclusive=False))
+            report = verify(list(outputs), index_dir, inputs)
+    except USER_ERRORS as e:
+        fail(str(e))
+    except OutputLocked as e:
+        fail(str(e), 4)
+    for status, message in report.lines:
+        print(f"{status:<5} {message}")
+    failed = sum(status == "FAIL" for status, _ in report.lines)
+    print(f"embedpipe: verify: {'passed' if report.passed else f'{failed} checks failed'}", file=sys.stderr)
+    raise SystemExit(0 if report.passed else 1)
 
 
 def run_query(text: str, index_dir, k: int, as_json: bool, model: str | None, dim: int | None,

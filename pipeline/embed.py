@@ -5,6 +5,7 @@ import numpy as np
 
 from embedpipe.kernels.engine import Engine, ModelSpec
 from .batcher import BatcherConfig, TokenBudgetBatcher
+from .oom_split import SplitOnOutOfMemory
 from .tokenizer import TextTokenizer
 
 
@@ -20,16 +21,17 @@ def embed_token_ids(engine: Engine, sequences: list[list[int]], batching: Batche
     """[len(sequences), engine.output.width] in the output dtype, in input order."""
     out = np.empty((len(sequences), engine.output.width), dtype=engine.output.numpy_dtype)
     batcher = TokenBudgetBatcher(batching)
+    device = SplitOnOutOfMemory(engine, batching.policy, batcher.pad_token_id, lambda i: f"text {i}")
     for i, ids in enumerate(sequences):
         batcher.add(ids, i)
-        _drain(engine, batcher, out, flush=False)
-    _drain(engine, batcher, out, flush=True)
+        _drain(device, batcher, out, flush=False)
+    _drain(device, batcher, out, flush=True)
     return out
 
 
-def _drain(engine: Engine, batcher: TokenBudgetBatcher, out: np.ndarray, flush: bool) -> None:
+def _drain(device: SplitOnOutOfMemory, batcher: TokenBudgetBatcher, out: np.ndarray, flush: bool) -> None:
     while (batch := batcher.next_batch(flush=flush)) is not None:
-        out[batch.tags] = engine.step(batch).result().numpy()
+        out[batch.tags] = device.result(batch, device.step(batch)).numpy()
 
 
 def embed_texts(engine: Engine, tokenizer: TextTokenizer, texts: list[str]) -> np.ndarray:

@@ -1,6 +1,7 @@
 """FAISS index over the completed units of one or more output folders: build and search."""
 from __future__ import annotations
 
+import errno
 import json
 import re
 from importlib.metadata import version
@@ -12,26 +13,24 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from embedpipe.pipeline.column_types import widen
 from embedpipe.pipeline.manifest import completed_units, write_json_atomic
-from embedpipe.pipeline.sinks import EMBEDDING_TYPES, AtomicParquetWriter, commit_file, temporary_path
+from embedpipe.pipeline.sinks import EMBEDDING_TYPES, AtomicParquetWriter, commit_file, temporary_path, writing
 
 TRAIN_SEED = 0
 READ_BATCH_ROWS = 16384
 DEFAULT_NPROBE = 16
 
 
-class DuplicateIdError(ValueError):
-    """The same id occurs in more than one row of the indexed embeddings."""
-
-
 def build_index(output_dirs: list[Path], index_dir: Path, factory: str = "Flat",
-                normalized: bool = True, train_size: int = 100_000, extra_meta: dict | None = None,
-                allow_duplicates: bool = False) -> dict:
+                normalized: bool = True, train_size: int = 100_000, extra_meta: dict | None = None) -> dict:
     """Indexes every completed unit (unit_id order, then row order) as FAISS ids 0..N-1.
 
-    Writes index.faiss, index_ids.parquet (row i: id and kept columns of FAISS id i) and
-    index.json (returned) into `index_dir`, each atomically. Metric: inner product, on
-    L2-normalised vectors ("cosine") when `normalized` is False; Hamming for "binary" embeddings.
+    Writes index.faiss, index_ids.parquet (row i: id and kept columns of FAISS id i, in the
+    types of all units promoted to one) and index.json (returned) into `index_dir`, each
+    atomically. Metric: inner product, on L2-normalised vectors ("cosine") when `normalized` is
+    False; Hamming for "binary" embeddings. Ids are not deduplicated: every row is indexed, and
+    index.json counts the ids that occur more than once (`duplicate_ids`).
     """
     files = _embedding_files(output_dirs)
     schema = _common_schema(files)
@@ -42,7 +41,7 @@ def build_index(output_dirs: list[Path], index_dir: Path, factory: str = "Flat",
     index_dir = Path(index_dir)
     ids_schema = schema.remove(schema.get_field_index("embedding"))
     with AtomicParquetWriter(index_dir / "index_ids.parquet", ids_schema) as ids_file:
-        num_rows = _copy_ids(files, ids_file, allow_duplicates)
+        num_rows, duplicate_ids = _copy_ids(files, ids_file)
         if not index.is_trained:
             _train(index, _training_sample(files, num_rows, train_size, binary, cosine), used_factory)
         for vectors in _iter_vectors(files, binary, cosine):
@@ -51,29 +50,34 @@ def build_index(output_dirs: list[Path], index_dir: Path, factory: str = "Flat",
     meta = {**(extra_meta or {}), "factory": used_factory, "dimension": index.d,
             "metric": "hamming" if binary else "cosine" if cosine else "inner_product",
             "dtype": _dtype_name(vector_type.value_type), "normalized": normalized,
-            "num_rows": index.ntotal, "id_column": ids_schema.names[0],
+            "num_rows": index.ntotal, "id_column": ids_schema.names[0], "duplicate_ids": duplicate_ids,
             "embedpipe_version": version("embedpipe")}
     write_json_atomic(index_dir / "index.json", meta)
     return meta
 
 
 def _embedding_files(output_dirs: list[Path]) -> list[Path]:
-    """Embeddings files of completed units, in unit_id order."""
-    found = sorted((unit_id, Path(output_dir) / "embeddings" / record["file_name"])
-                   for output_dir in output_dirs
-                   for unit_id, record in completed_units(output_dir).items())
+    """Embeddings files of completed units, in unit_id order; a unit done in two outputs is an error."""
+    found: dict[str, Path] = {}
+    for output_dir in output_dirs:
+        for unit_id, record in completed_units(output_dir).items():
+            path = Path(output_dir) / "embeddings" / record["file_name"]
+            if unit_id in found:
+                raise ValueError(f"unit {unit_id!r} is done in two outputs, {found[unit_id]} and {path}; "
+                                 "index each output of a job once")
+            found[unit_id] = path
     if not found:
         raise ValueError(f"no completed units in {[str(d) for d in output_dirs]}")
-    return [path for _, path in found]
+    return [found[unit_id] for unit_id in sorted(found)]
 
 
 def _common_schema(files: list[Path]) -> pa.Schema:
-    schema = pq.read_schema(files[0])
-    for path in files[1:]:
-        other = pq.read_schema(path)
-        if not other.equals(schema):
-            raise ValueError(f"{path} has columns {other} but {files[0]} has {schema}; "
-                             "only outputs of the same model and columns can share an index")
+    """The files' schema, column types promoted across them (see column_types); empty files have no say."""
+    footers = [(path, pq.ParquetFile(path)) for path in files]
+    schemas = [(path, footer.schema_arrow) for path, footer in footers if footer.metadata.num_rows]
+    schema = (schemas or [(files[0], footers[0][1].schema_arrow)])[0][1]
+    for path, other in schemas[1:]:
+        schema = widen(schema, other, path)
     return schema
 
 
@@ -103,29 +107,26 @@ def _binary_factory(factory: str) -> str:
     return "B" + match.group(1) if match else factory
 
 
-def _copy_ids(files: list[Path], ids_file: AtomicParquetWriter, allow_duplicates: bool) -> int:
-    """Copies the non-embedding columns to `ids_file`; returns the row count."""
+def _copy_ids(files: list[Path], ids_file: AtomicParquetWriter) -> tuple[int, int]:
+    """Copies the non-embedding columns to `ids_file`; returns (rows, ids that occur more than once)."""
     id_chunks = []
     for path in files:
         table = pq.read_table(path, columns=ids_file.schema.names)
+        try:
+            table = table.cast(ids_file.schema)
+        except pa.ArrowInvalid as error:  # e.g. a uint64 id past the int64 it was promoted to
+            raise ValueError(f"{path}: its ids or kept columns do not fit {ids_file.schema}: {error}") from error
         for batch in table.to_batches():
             ids_file.write_batch(batch.columns)
         id_chunks.append(table.column(0).combine_chunks())
-    if not allow_duplicates:
-        _check_unique(id_chunks, files)
-    return sum(len(chunk) for chunk in id_chunks)
+    ids = pa.chunked_array(id_chunks, type=ids_file.schema.field(0).type)
+    return len(ids), count_duplicates(ids)
 
 
-def _check_unique(id_chunks: list[pa.Array], files: list[Path]) -> None:
-    counts = pc.value_counts(pa.chunked_array(id_chunks, type=id_chunks[0].type))
-    repeated = counts.filter(pc.greater(counts.field("counts"), 1)).field("values")
-    if len(repeated):
-        first = repeated[0]
-        holders = [str(path) for path, chunk in zip(files, id_chunks)
-                   if pc.any(pc.equal(chunk, first)).as_py()]
-        raise DuplicateIdError(f"id {first.as_py()!r} occurs more than once, in {holders} "
-                               f"({len(repeated)} repeated ids in total); pass allow_duplicates "
-                               "to index them anyway")
+def count_duplicates(ids: pa.ChunkedArray) -> int:
+    """How many distinct ids occur more than once."""
+    counts = pc.value_counts(ids).field("counts")
+    return pc.sum(pc.greater(counts, 1)).as_py() or 0
 
 
 def _iter_vectors(files: list[Path], binary: bool, cosine: bool) -> Iterator[np.ndarray]:
@@ -174,8 +175,16 @@ def _write_faiss(index, path: Path, binary: bool) -> None:
     import faiss
 
     temporary = temporary_path(path)
-    (faiss.write_index_binary if binary else faiss.write_index)(index, str(temporary))
-    commit_file(temporary, path)
+    try:
+        with writing(path):
+            try:
+                (faiss.write_index_binary if binary else faiss.write_index)(index, str(temporary))
+            except RuntimeError as error:  # FAISS reports a failed write so: "... failed: write error in ... (reason)"
+                raise OSError(errno.EIO, str(error).rsplit("failed: ", 1)[-1]) from error
+            commit_file(temporary, path)
+    except BaseException:  # a full disk, an interrupt: no temporary is left behind
+        temporary.unlink(missing_ok=True)
+        raise
 
 
 class SearchIndex:

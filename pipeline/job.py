@@ -14,6 +14,7 @@ from embedpipe.kernels.engine import Engine, EngineConfig, ModelSpec, model_spec
 
 from .config import ConfigError, JobConfig
 from .embed import make_tokenizer
+from .lock import output_lock
 from .manifest import check_or_write_settings, completed_units
 from .outputs import (check_index_factory, index_outputs, job_settings, write_metrics, write_rejected_table,
                       write_unit_list)
@@ -55,7 +56,11 @@ class Embedder(Protocol):
 
 
 def run_job(job: JobConfig) -> JobResult:
-    with open_embedder(job) as embedder:  # loads the engine, checks the devices or joins Ray: before any output
+    """The whole job, holding OUTPUT's lock (raises OutputLocked when another run holds it)."""
+    job.output.mkdir(parents=True, exist_ok=True)
+    shard = (job.shard_index, job.num_shards) if job.sharded else None
+    with output_lock(job.output, shard=shard), open_embedder(job) as embedder:
+        # the embedder loads the engine, checks the devices or joins Ray before anything is written
         prepared = prepare_job(job)
         with Progress(expected_rows(prepared.pending), job.quiet) as progress:
             _log_start(progress, prepared)
@@ -131,7 +136,8 @@ def finish_job(prepared: PreparedJob, reports: list[EngineReport], progress: Pro
     metrics["output_rejected_rows"] = write_rejected_table(job.output)
     if not job.sharded and units and not missing:
         meta = index_outputs([job.output], job.output, job.index_factory, prepared.settings)
-        metrics["index"] = {key: meta[key] for key in ("factory", "metric", "num_rows", "dimension")}
+        metrics["index"] = {key: meta.get(key)
+                            for key in ("factory", "metric", "num_rows", "dimension", "duplicate_ids")}
     write_metrics(job.output, metrics)
     progress.log(summary(metrics, job.output))
     if missing:  # every unit ends done or in a raised error
@@ -156,6 +162,8 @@ def summary(metrics: dict, output: Path) -> str:
             f"padding {100 * metrics['padding_waste']:.1f}%")
     if "index" in metrics:
         line += f"; index of {metrics['index']['num_rows']:,} rows at {output / 'index.faiss'}"
+    if metrics.get("index", {}).get("duplicate_ids"):
+        line += f"; warning: {metrics['index']['duplicate_ids']:,} ids occur more than once (each row is kept)"
     if metrics["bad_files"]:
         line += f"; skipped {len(metrics['bad_files'])} bad files (listed in {output / 'metrics.json'})"
     return line

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from embedpipe.pipeline.sinks import commit_file, safe_name, temporary_path
+from embedpipe.pipeline.sinks import commit_file, safe_name, temporary_path, writing
 from embedpipe.pipeline.sources import WorkUnit
 
 SETTINGS_FILE = "job.json"
@@ -22,8 +22,13 @@ class SettingsMismatch(Exception):
 def write_json_atomic(path: Path, data: Any) -> None:
     """Writes JSON through a temporary file renamed into place."""
     temporary = temporary_path(path)
-    temporary.write_text(json.dumps(data, indent=2, sort_keys=True))
-    commit_file(temporary, path)
+    try:
+        with writing(path):
+            temporary.write_text(json.dumps(data, indent=2, sort_keys=True))
+            commit_file(temporary, path)
+    except BaseException:  # a full disk, an interrupt: no temporary is left behind
+        temporary.unlink(missing_ok=True)
+        raise
 
 
 def mark_done(output_dir: str | Path, unit: WorkUnit, num_rows: int, num_rejected: int,

@@ -31,6 +31,8 @@ UNITS_FILE = "units.json"
 METRICS_FILE = "metrics.json"
 REJECTED_FILE = "rejected.parquet"
 FLOAT_DTYPES = ("float32", "float16")
+# job.json keys that index.json holds with another meaning: its id_column is the column's name, job.json's the option
+INDEX_OWNED_KEYS = ("id_column",)
 
 
 class IndexBuildError(ValueError):
@@ -85,7 +87,7 @@ def index_outputs(output_dirs: list[Path], index_dir: Path, factory: str, settin
     if meta_path.is_file():
         meta = json.loads(meta_path.read_text())
         if meta.get("factory") == factory and meta.get("num_rows") == num_rows and \
-                all(meta.get(key) == value for key, value in extra.items()):
+                all(meta.get(key) == value for key, value in extra.items() if key not in INDEX_OWNED_KEYS):
             return meta  # already built from these units with these settings
     normalized = bool(settings["normalize"]) and settings["dtype"] in FLOAT_DTYPES
     try:

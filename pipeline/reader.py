@@ -6,6 +6,7 @@ from typing import Iterable, Iterator
 
 import pyarrow as pa
 
+from .column_types import ColumnTypes
 from .sources import ColumnSpec, InputError, UnreadableInputError, WorkUnit, find_bad_texts, read_unit
 
 BAD_TEXT_WORDS = {"null": "null", "empty": "empty", "whitespace": "whitespace only"}
@@ -41,13 +42,15 @@ def is_unreadable_file(error: InputError) -> bool:
     return isinstance(error, UnreadableInputError)
 
 
-def read_chunks(units: Iterable[WorkUnit], columns: ColumnSpec, read_rows: int,
-                fail_on_bad_row: bool) -> Iterator[tuple[Chunk, list[str]]]:
+def read_chunks(units: Iterable[WorkUnit], columns: ColumnSpec, read_rows: int, fail_on_bad_row: bool,
+                column_types: ColumnTypes | None = None) -> Iterator[tuple[Chunk, list[str]]]:
     """(chunk, texts of its good rows) per record batch of each unit, then (end marker, [])."""
+    column_types = column_types or ColumnTypes()
     for unit in units:
         error = None
         try:
             for batch in read_unit(unit, columns, read_rows):
+                column_types.check(batch, unit.path)
                 yield split_bad_rows(unit, batch, fail_on_bad_row)
         except InputError as read_error:
             error = read_error

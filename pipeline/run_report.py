@@ -21,6 +21,7 @@ class EngineReport:
     batches: BatchStats = field(default_factory=BatchStats)
     graphs: dict[str, int] = field(default_factory=lambda: GraphCounters().as_dict())  # eager runs, captures, replays
     bad_files: list[dict] = field(default_factory=list)
+    out_of_memory_splits: int = 0  # batches split in two after the device ran out of memory
 
     def __add__(self, other: EngineReport) -> EngineReport:
         """Both reports summed, under this report's device."""
@@ -28,7 +29,7 @@ class EngineReport:
         return EngineReport(self.device, self.units + other.units, self.rows + other.rows,
                             self.tokens + other.tokens, self.rejected + other.rejected,
                             self.truncated + other.truncated, self.batches + other.batches, graphs,
-                            self.bad_files + other.bad_files)
+                            self.bad_files + other.bad_files, self.out_of_memory_splits + other.out_of_memory_splits)
 
 
 def run_metrics(reports: list[EngineReport], seconds: float) -> dict:
@@ -38,6 +39,6 @@ def run_metrics(reports: list[EngineReport], seconds: float) -> dict:
     return {"rows": total.rows, "tokens": total.tokens, "rejected_rows": total.rejected,
             "truncated_texts": total.truncated, "padding_waste": total.batches.padding_waste,
             "batches": total.batches.batches, "seconds": seconds, "tokens_per_s": total.tokens / seconds,
-            "embeddings_per_s": total.rows / seconds,
+            "embeddings_per_s": total.rows / seconds, "out_of_memory_splits": total.out_of_memory_splits,
             "engine": {**total.graphs, "device": ", ".join(report.device for report in reports)},
             "engines": [{"device": r.device, "units": r.units, "rows": r.rows, "tokens": r.tokens} for r in reports]}

@@ -19,8 +19,10 @@ from embedpipe.kernels.engine import Engine
 from embedpipe.kernels.lazy_tensor import LazyTensor
 
 from .batcher import TokenBudgetBatcher
+from .column_types import ColumnTypes
 from .config import JobConfig
 from .manifest import mark_done
+from .oom_split import SplitOnOutOfMemory
 from .progress import Progress
 from .reader import Chunk, is_unreadable_file, read_chunks
 from .run_report import EngineReport
@@ -72,7 +74,8 @@ class RunCounts:
 def read_and_tokenize(job: JobConfig, pool: TokenizerPool,
                       units: Iterable[WorkUnit]) -> Iterator[tuple[Chunk, TokenizedChunk]]:
     """The units' chunks with their token ids; `units` is read lazily (it may be a shared queue)."""
-    return pool.map(read_chunks(units, job.columns, job.read_rows, job.on_bad_row == "fail"))
+    return pool.map(read_chunks(units, job.columns, job.read_rows, job.on_bad_row == "fail",
+                                ColumnTypes.of_output(job.output)))
 
 
 class UnitRunner:
@@ -81,6 +84,7 @@ class UnitRunner:
     def __init__(self, job: JobConfig, engine: Engine, progress: Progress):
         self.job, self.engine, self.progress = job, engine, progress
         self.batcher = TokenBudgetBatcher(job.batching)
+        self.oom = SplitOnOutOfMemory(engine, job.batching.policy, self.batcher.pad_token_id, describe_row)
         self.in_flight: deque[tuple[Batch, LazyTensor]] = deque()
         self.slots: dict[str, UnitSlot] = {}
         self.counts = RunCounts()
@@ -100,7 +104,8 @@ class UnitRunner:
     def report(self) -> EngineReport:
         c = self.counts
         return EngineReport(str(self.engine.device), c.units, c.rows, c.tokens, c.rejected, c.truncated,
-                            self.batcher.stats, self.engine.counters.as_dict(), list(c.bad_files))
+                            self.batcher.stats, self.engine.counters.as_dict(), list(c.bad_files),
+                            self.oom.num_splits)
 
     def _accept(self, chunk: Chunk, tokenized: TokenizedChunk) -> None:
         slot = self._slot(chunk)
@@ -148,7 +153,7 @@ class UnitRunner:
     def _drain(self, flush: bool) -> None:
         """Submits every full batch (with flush, every queued sequence); collects all but the newest."""
         while (batch := self.batcher.next_batch(flush=flush)) is not None:
-            self.in_flight.append((batch, self.engine.step(batch)))
+            self.in_flight.append((batch, self.oom.step(batch)))
             if len(self.in_flight) == MAX_IN_FLIGHT:  # batch N+1 is queued: now wait for batch N
                 self._collect(*self.in_flight.popleft())
         while flush and self.in_flight:
@@ -156,7 +161,7 @@ class UnitRunner:
 
     def _collect(self, batch: Batch, handle: LazyTensor) -> None:
         """Copies a batch's embeddings [num_seqs, width] to their chunks, writing the chunks it completes."""
-        vectors = handle.result().numpy()
+        vectors = self.oom.result(batch, handle).numpy()
         self.counts.tokens += batch.num_tokens
         self.progress.advance(rows=batch.num_seqs, tokens=batch.num_tokens)
         row = 0
@@ -186,3 +191,8 @@ class UnitRunner:
         mark_done(self.job.output, slot.unit, slot.writer.num_rows, slot.rejected.num_rows, path.name)
         del self.slots[slot.unit.unit_id]
         self.counts.units += 1
+
+
+def describe_row(tag: tuple[PendingRows, int]) -> str:
+    rows, row = tag
+    return f"the row with id {rows.chunk.ids[row].as_py()!r} of {rows.slot.unit.path}"

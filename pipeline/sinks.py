@@ -7,7 +7,7 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -39,6 +39,15 @@ def temporary_path(final: Path) -> Path:
     handle, name = tempfile.mkstemp(prefix=f".{final.name}.tmp-{os.getpid()}-", dir=final.parent)
     os.close(handle)
     return Path(name)
+
+
+@contextlib.contextmanager
+def writing(path: Path) -> Iterator[None]:
+    """Names `path` in an OSError raised while writing it (pyarrow's errors name no file)."""
+    try:
+        yield
+    except OSError as error:
+        raise OSError(error.errno, f"cannot write {path}: {error.strerror or error}") from error
 
 
 def commit_file(temporary: Path, final: Path) -> None:
@@ -73,14 +82,21 @@ class AtomicParquetWriter(_CommitOnExit):
         self.path = final
         self.schema = schema
         self._temporary = temporary_path(final)
-        self._writer = pq.ParquetWriter(self._temporary, schema)
+        try:
+            with writing(final):
+                self._writer = pq.ParquetWriter(self._temporary, schema)
+        except BaseException:
+            self._temporary.unlink(missing_ok=True)
+            raise
 
     def write_batch(self, arrays: list[pa.Array]) -> None:
-        self._writer.write_batch(pa.RecordBatch.from_arrays(arrays, schema=self.schema))
+        with writing(self.path):
+            self._writer.write_batch(pa.RecordBatch.from_arrays(arrays, schema=self.schema))
 
     def close(self) -> Path:
-        self._writer.close()
-        commit_file(self._temporary, self.path)
+        with writing(self.path):
+            self._writer.close()
+            commit_file(self._temporary, self.path)
         return self.path
 
     def abort(self) -> None:

@@ -19,6 +19,7 @@ FORMAT_BY_EXTENSION = {".parquet": "parquet", ".jsonl": "jsonl", ".json": "jsonl
 COMPRESSION_SUFFIXES = (".gz", ".bz2", ".zst", ".lz4")
 # a single JSON line / CSV row must fit in one block
 TEXT_BLOCK_BYTES = 16 << 20
+BLANK_PROBE_BYTES = 1 << 16
 
 
 class InputError(Exception):
@@ -214,6 +215,8 @@ def _open_parquet(unit: WorkUnit, columns: ColumnSpec, batch_rows: int):
 
 
 def _open_jsonl(unit: WorkUnit, columns: ColumnSpec, batch_rows: int):
+    if _is_blank(unit.path):
+        return _blank_schema(columns), iter(()), 0
     read_options = pj.ReadOptions(block_size=TEXT_BLOCK_BYTES)
     reader = pj.open_json(unit.path, read_options=read_options)
     text_field = reader.schema.field(columns.text) if columns.text in reader.schema.names else None
@@ -227,11 +230,25 @@ def _open_jsonl(unit: WorkUnit, columns: ColumnSpec, batch_rows: int):
 
 def _open_csv(unit: WorkUnit, columns: ColumnSpec, batch_rows: int):
     """CSV is untyped: the text and id columns are read as strings (keeps ids like "007")."""
+    if _is_blank(unit.path):
+        return _blank_schema(columns), iter(()), 0
     as_strings = {columns.text: pa.string(), columns.id or "id": pa.string()}
     reader = pcsv.open_csv(unit.path, read_options=pcsv.ReadOptions(block_size=TEXT_BLOCK_BYTES),
                            parse_options=pcsv.ParseOptions(newlines_in_values=True),
                            convert_options=pcsv.ConvertOptions(column_types=as_strings))
     return reader.schema, reader, 0
+
+
+def _is_blank(path: str) -> bool:
+    """Whether a JSONL / CSV file (compressed or not) holds nothing but whitespace: zero rows, not an error."""
+    with pa.input_stream(path, compression="detect") as stream:
+        head = stream.read(BLANK_PROBE_BYTES)
+    return len(head) < BLANK_PROBE_BYTES and not head.strip()
+
+
+def _blank_schema(columns: ColumnSpec) -> pa.Schema:
+    """The wanted columns of a blank file, typed null (a type that takes no side: see column_types)."""
+    return pa.schema([(name, pa.null()) for name in (columns.id, columns.text, *columns.keep) if name])
 
 
 def _open_hf(unit: WorkUnit, columns: ColumnSpec, batch_rows: int):
@@ -283,8 +300,15 @@ def _shape_batch(batch: pa.RecordBatch, columns: ColumnSpec, id_column: str | No
         if ids.null_count:
             null_row = first_row + pc.index(ids.is_null(), True).as_py()
             raise InputError(f"{unit.path}: id column {id_name!r} is null at row {null_row}")
-    arrays = [ids, _as_text(batch.column(columns.text)), *(batch.column(n) for n in columns.keep)]
+    arrays = [_without_view(ids), _as_text(batch.column(columns.text)),
+              *(_without_view(batch.column(n)) for n in columns.keep)]
     return pa.RecordBatch.from_arrays(arrays, names=[id_name, columns.text, *columns.keep])
+
+
+def _without_view(column: pa.Array) -> pa.Array:
+    """string_view / binary_view as string / binary: the same values, and Arrow's take() has no view kernels."""
+    plain = {pa.string_view(): pa.string(), pa.binary_view(): pa.binary()}.get(column.type)
+    return column if plain is None else column.cast(plain)
 
 
 def _as_text(texts: pa.Array) -> pa.Array:

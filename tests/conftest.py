@@ -43,3 +43,12 @@ def minilm_reference():
 def cosine(a, b):
     a, b = torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64)
     return torch.nn.functional.cosine_similarity(a, b, dim=-1)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> Path:
+    """A random-weight 2-layer BERT folder (hidden 64, mean pooling, normalised): fast on the CPU."""
+    from embedpipe.kernels.random_model import write_random_model
+    folder = tmp_path_factory.mktemp("tiny-bert")
+    write_random_model("tiny-bert", folder)
+    return folder

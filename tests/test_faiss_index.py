@@ -7,7 +7,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from embedpipe.pipeline.faiss_index import DuplicateIdError, SearchIndex, build_index
+from embedpipe.pipeline.column_types import ColumnTypeChange
+from embedpipe.pipeline.faiss_index import SearchIndex, build_index
 from embedpipe.pipeline.manifest import mark_done
 from embedpipe.pipeline.sinks import UnitWriter
 from embedpipe.pipeline.sources import WorkUnit
@@ -101,14 +102,34 @@ def test_binary_index_uses_hamming(tmp_path):
     assert search.search(flipped, 1)[0][0]["score"] == 61  # 64 bits, 3 differ
 
 
-def test_duplicate_ids_are_reported(tmp_path):
-    write_unit(tmp_path / "out", "a", [1, 2], unit_vectors(2, 4))
-    write_unit(tmp_path / "out", "b", [3, 2], unit_vectors(2, 4, seed=1))
-    with pytest.raises(DuplicateIdError) as error:
+def test_duplicate_ids_are_kept_and_counted(tmp_path):
+    vectors = unit_vectors(4, 4)
+    write_unit(tmp_path / "out", "a", [1, 2], vectors[:2])
+    write_unit(tmp_path / "out", "b", [3, 2], vectors[2:])
+    meta = build_index([tmp_path / "out"], tmp_path / "index")
+    assert (meta["num_rows"], meta["duplicate_ids"]) == (4, 1)
+    search = SearchIndex.load(tmp_path / "index")
+    assert self_hits(search, vectors) == [1, 2, 3, 2]  # both rows of id 2, each its own nearest
+
+
+def test_a_unit_done_in_two_outputs_is_not_indexed_twice(tmp_path):
+    for output in ("out1", "out2"):
+        write_unit(tmp_path / output, "a#rg0-1", [1, 2], unit_vectors(2, 4))
+    with pytest.raises(ValueError, match=r"unit 'a#rg0-1' is done in two outputs, .*out1.* and .*out2"):
+        build_index([tmp_path / "out1", tmp_path / "out2"], tmp_path / "index")
+
+
+def test_id_types_are_promoted_across_units_and_empty_units_have_no_say(tmp_path):
+    vectors = unit_vectors(4, 4)
+    write_unit(tmp_path / "out", "a", pa.array([1, 2], pa.int32()), vectors[:2])
+    write_unit(tmp_path / "out", "b", pa.array([], pa.string()), vectors[:0])
+    write_unit(tmp_path / "out", "c", pa.array([3, 4], pa.int64()), vectors[2:])
+    assert build_index([tmp_path / "out"], tmp_path / "index")["num_rows"] == 4
+    ids = pq.read_table(tmp_path / "index" / "index_ids.parquet").column("doc")
+    assert ids.type == pa.int64() and ids.to_pylist() == [1, 2, 3, 4]
+    write_unit(tmp_path / "out", "d", pa.array(["5"], pa.string()), vectors[:1])
+    with pytest.raises(ColumnTypeChange, match=r"d.*column 'doc' is string here but int64"):
         build_index([tmp_path / "out"], tmp_path / "index")
-    assert "id 2 " in str(error.value) and str(error.value).count("embeddings/") == 2
-    assert not (tmp_path / "index" / "index_ids.parquet").exists()
-    assert build_index([tmp_path / "out"], tmp_path / "index", allow_duplicates=True)["num_rows"] == 4
 
 
 def test_search_returns_kept_columns(tmp_path):

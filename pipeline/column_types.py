@@ -1,0 +1,68 @@
+"""Types of the id and kept columns across a job's files: they may widen from file to file, not change kind.
+
+Arrow's permissive promotion decides: int32 then int64 -> int64, string then large_string ->
+large_string, null (an all-null or empty column) then anything -> that. An int id column in one
+file and a string one in another has no common type: the job stops at that file, naming it.
+Each unit's file keeps its input's types; the index casts them all to the promoted ones.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .manifest import completed_units
+from .sources import InputError
+
+
+class ColumnTypeChange(InputError):
+    """A column's type in one file has nothing in common with its type in the files before."""
+
+
+def widen(schema: pa.Schema, other: pa.Schema, path: str | Path) -> pa.Schema:
+    """The schema both fit; raises ColumnTypeChange naming `path` (other's file) and the column."""
+    try:
+        return pa.unify_schemas([schema, other], promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        for field in other:
+            if field.name in schema.names and not _compatible(schema.field(field.name), field):
+                raise ColumnTypeChange(
+                    f"{path}: column {field.name!r} is {field.type} here but {schema.field(field.name).type} in "
+                    "the files before it; a column must keep one kind of type (integer, string, ...) in all "
+                    "files of a job") from None
+        raise
+
+
+def _compatible(field: pa.Field, other: pa.Field) -> bool:
+    try:
+        pa.unify_schemas([pa.schema([field]), pa.schema([other])], promote_options="permissive")
+        return True
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return False
+
+
+class ColumnTypes:
+    """The id and kept columns' types of one output so far; `check` each batch read (id, text, kept...)."""
+
+    def __init__(self, schema: pa.Schema | None = None):
+        self.schema = schema
+
+    @classmethod
+    def of_output(cls, output: Path) -> ColumnTypes:
+        """Starts from the types of the output's completed units, so a resumed job checks against them."""
+        for record in completed_units(output).values():
+            if record["num_rows"]:
+                stored = pq.read_schema(output / "embeddings" / record["file_name"])
+                return cls(stored.remove(stored.get_field_index("embedding")))
+        return cls()
+
+    def check(self, batch: pa.RecordBatch, path: str) -> None:
+        """Widens the types by the batch's id and kept columns; empty batches have no say."""
+        if not batch.num_rows:
+            return
+        columns = batch.schema.remove(1)  # without the text
+        if self.schema is None or self.schema.equals(columns):
+            self.schema = columns
+        else:
+            self.schema = widen(self.schema, columns, path)

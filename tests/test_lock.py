@@ -1,0 +1,58 @@
+"""The OUTPUT lock: one whole job at a time, shards of one job side by side, released however its holder ends."""
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from embedpipe.pipeline.lock import OutputLocked, output_lock
+
+
+def test_one_job_at_a_time_and_the_refusal_names_the_holder(tmp_path):
+    with output_lock(tmp_path):
+        with pytest.raises(OutputLocked, match=r"is being written by another run \(pid \d+, started "):
+            with output_lock(tmp_path):
+                pass
+        with pytest.raises(OutputLocked):
+            with output_lock(tmp_path, shard=(0, 2)):
+                pass
+    with output_lock(tmp_path):  # released at the end of the block
+        pass
+
+
+def test_shards_of_one_job_share_the_output_but_each_runs_once(tmp_path):
+    with output_lock(tmp_path, shard=(0, 2)), output_lock(tmp_path, shard=(1, 2)):
+        with pytest.raises(OutputLocked, match=r"\(pid \d+"):
+            with output_lock(tmp_path, shard=(1, 2)):
+                pass
+        with pytest.raises(OutputLocked, match="shards of a sharded job"):
+            with output_lock(tmp_path):
+                pass
+        with output_lock(tmp_path, exclusive=False):  # verify reads while shards write
+            pass
+
+
+HOLDER = """
+import sys, time
+from pathlib import Path
+from embedpipe.pipeline.lock import output_lock
+with output_lock(Path(sys.argv[1])):
+    print("locked", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_killed_holder_leaves_no_stale_lock(tmp_path):
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "locked\n"
+        with pytest.raises(OutputLocked, match=f"pid {holder.pid}"):
+            with output_lock(tmp_path):
+                pass
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    with output_lock(tmp_path):  # the kernel dropped the dead process's lock
+        pass
