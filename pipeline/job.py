@@ -57,15 +57,14 @@ class Embedder(Protocol):
 
 def run_job(job: JobConfig) -> JobResult:
     """The whole job, holding OUTPUT's lock (raises OutputLocked when another run holds it)."""
-    job.output.mkdir(parents=True, exist_ok=True)
-    shard = (job.shard_index, job.num_shards) if job.sharded else None
-    with output_lock(job.output, shard=shard), open_embedder(job) as embedder:
-        # the embedder loads the engine, checks the devices or joins Ray before anything is written
-        prepared = prepare_job(job)
-        with Progress(expected_rows(prepared.pending), job.quiet) as progress:
-            _log_start(progress, prepared)
-            reports = embedder.embed(prepared, progress)
-            return finish_job(prepared, reports, progress)
+    with open_embedder(job) as embedder:  # loads the engine, checks the devices or joins Ray: before any output
+        job.output.mkdir(parents=True, exist_ok=True)
+        with output_lock(job.output, shard=(job.shard_index, job.num_shards) if job.sharded else None):
+            prepared = prepare_job(job)
+            with Progress(expected_rows(prepared.pending), job.quiet) as progress:
+                _log_start(progress, prepared)
+                reports = embedder.embed(prepared, progress)
+                return finish_job(prepared, reports, progress)
 
 
 def open_embedder(job: JobConfig) -> ContextManager[Embedder]:
