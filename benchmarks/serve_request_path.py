@@ -1,0 +1,53 @@
+"""The server's request path alone: `embedpipe serve` whose engine returns zeros at once, under load.
+
+    python benchmarks/serve_request_path.py [--clients 1,16] [--seconds 5] [--tokens 512]
+
+What is left of a request once the engine costs nothing (HTTP, JSON, tokenisation threads, the
+scheduler, base64): if the rate here matches the GPU run's, the server, not the device, bounds it.
+Uses suite 4's closed-loop clients and texts (benchmarks/suite_http.py).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from suite_http import Server, body, closed_loop, run_async
+from workloads import texts_of
+
+
+def serve_with_null_engine() -> None:
+    """Runs `embedpipe serve ...` (argv) with Engine.step replaced by one that returns zeros."""
+    import torch
+
+    from embedpipe.cli.main import app
+    from embedpipe.kernels.engine import Engine
+    from embedpipe.kernels.lazy_tensor import LazyTensor
+
+    Engine.step = lambda self, batch: LazyTensor(torch.zeros(batch.num_seqs, self.output.width))
+    sys.argv = ["embedpipe", "serve", *sys.argv[2:]]
+    app()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", default="1,16")
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--tokens", type=int, default=512)
+    parser.add_argument("--model", default="minilm", help="its tokenizer and limits are used; its weights are not run")
+    args = parser.parse_args()
+    from embedpipe.kernels.model_folder import resolve_model_path
+    payloads = [body(text) for text in texts_of(resolve_model_path(args.model), 64, args.tokens)]
+    command = [sys.executable, __file__, "--serve", "--model", args.model, "--device", "cpu"]
+    server = Server("null-engine server", command, Path("/tmp/embedpipe-null-server.log"), {"OMP_NUM_THREADS": "1"})
+    try:
+        for clients in map(int, args.clients.split(",")):
+            r = run_async(closed_loop(server.port, payloads, clients, 1.0, args.seconds))
+            print(f"{clients:3d} clients: p50 {r['p50']:.2f} ms, p90 {r['p90']:.2f}, p99 {r['p99']:.2f}, "
+                  f"{r['requests_per_s']:,.0f} requests/s", flush=True)
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    serve_with_null_engine() if sys.argv[1:2] == ["--serve"] else main()
