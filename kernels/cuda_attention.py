@@ -11,21 +11,19 @@ from .attention import AttentionBackend, AttentionSpec, TorchRaggedAttention
 
 FLASHINFER_HEAD_DIMS = (64, 128, 256)  # head_dim 32 fails in FlashInfer's prefill kernels
 MIN_WORKSPACE_BYTES = 128 << 20
-# room for split-KV scratch (graph-mode plans split by default: up to ~10 bytes per output value on the H200)
+# room for split-KV scratch, were a plan to split (up to ~10 bytes per output value on the H200)
 SPLIT_KV_BYTES_PER_VALUE = 16
 
 
 class FlashInferAttention(AttentionBackend):
-    """FlashInfer BatchPrefillWithRaggedKVCacheWrapper, NHD layout, one wrapper per graph key.
+    """FlashInfer BatchPrefillWithRaggedKVCacheWrapper, NHD layout, one wrapper, run eagerly.
 
-    A graph captures its wrapper's buffers, so each key keeps its own wrapper (`use_cuda_graph`);
-    eager batches share one more. `plan()` writes a pinned host buffer that an async copy reads:
-    before a wrapper is planned again, the copy of its previous plan must have run (an event).
-
-    Not graph-safe (runs eagerly): on the H200 with FlashInfer 0.6.18.post1 (fa2, plans without KV
-    split), replaying a graph captured for the key (16384 tokens, 256 sequences) with other
-    sequence lengths hit an illegal memory access (benchmarks/results/2026-11-29-h200, README),
-    while the same batches replayed correctly with PyTorch's flash varlen kernel.
+    Not graph-safe: on the H200 with FlashInfer 0.6.18.post1 (fa2, plans without KV split),
+    replaying a graph captured for the key (16384 tokens, 256 sequences) with other sequence
+    lengths hit an illegal memory access (benchmarks/results/2026-11-29-h200, README), while the
+    same batches replayed correctly with PyTorch's flash varlen kernel. `plan()` writes a pinned
+    host buffer that an async copy reads: before the wrapper is planned again, the copy of its
+    previous plan must have run (an event).
     """
 
     graph_safe = False
@@ -37,42 +35,25 @@ class FlashInferAttention(AttentionBackend):
         super().__init__(spec)
         if spec.head_dim not in FLASHINFER_HEAD_DIMS:
             raise ValueError(f"FlashInfer prefill supports head_dim {FLASHINFER_HEAD_DIMS}, not {spec.head_dim}")
-        self._flashinfer = flashinfer
-        self.device, self.dtype, self.backend = device, dtype, backend
+        self.dtype, self.backend = dtype, backend
         scratch = SPLIT_KV_BYTES_PER_VALUE * max_tokens * spec.num_heads * spec.head_dim
-        self._workspace = torch.empty(max(MIN_WORKSPACE_BYTES, scratch), dtype=torch.uint8, device=device)
-        self._wrappers: dict = {}  # graph key or None (eager) -> (wrapper, event of its last plan)
-        self._current = None
-
-    def _wrapper(self, key):
-        if key not in self._wrappers:
-            num_slots = None if key is None else key[1]
-            kwargs = {}
-            if num_slots is not None:
-                kwargs = dict(use_cuda_graph=True,
-                              qo_indptr_buf=torch.empty(num_slots + 1, dtype=torch.int32, device=self.device),
-                              kv_indptr_buf=torch.empty(num_slots + 1, dtype=torch.int32, device=self.device))
-            wrapper = self._flashinfer.BatchPrefillWithRaggedKVCacheWrapper(
-                self._workspace, "NHD", backend=self.backend, **kwargs)
-            self._wrappers[key] = [wrapper, None]
-        return self._wrappers[key]
+        workspace = torch.empty(max(MIN_WORKSPACE_BYTES, scratch), dtype=torch.uint8, device=device)
+        self._wrapper = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(workspace, "NHD", backend=backend)
+        self._planned: torch.cuda.Event | None = None  # recorded after the last plan's copy was queued
 
     def plan(self, cu_seqlens: torch.Tensor, num_seqs: int, graph_key=None, device_cu_seqlens=None) -> None:
-        entry = self._wrapper(graph_key)
-        if entry[1] is not None:
-            entry[1].synchronize()  # the previous plan's pinned buffer has been copied to the device
+        if self._planned is not None:
+            self._planned.synchronize()  # the previous plan's pinned buffer has been copied to the device
         spec = self.spec
-        # graph-mode plans split the KV by default; here it only adds a merge pass (H200: BERT-base
-        # 1 x 128 graph replay 0.525 -> 0.445 ms without the split, replays still equal eager runs)
-        entry[0].plan(cu_seqlens, cu_seqlens, spec.num_heads, spec.num_kv_heads, spec.head_dim,
-                      causal=spec.causal, sm_scale=spec.scale, q_data_type=self.dtype, kv_data_type=self.dtype,
-                      disable_split_kv=True)
-        entry[1] = torch.cuda.Event()
-        entry[1].record()
-        self._current = entry[0]
+        # no KV split: on the H200 it only added a merge pass (BERT-base 1 x 128: 0.525 -> 0.445 ms)
+        self._wrapper.plan(cu_seqlens, cu_seqlens, spec.num_heads, spec.num_kv_heads, spec.head_dim,
+                           causal=spec.causal, sm_scale=spec.scale, q_data_type=self.dtype, kv_data_type=self.dtype,
+                           disable_split_kv=True)
+        self._planned = torch.cuda.Event()
+        self._planned.record()
 
     def forward(self, q, k, v):
-        return self._current.run(q, k, v)
+        return self._wrapper.run(q, k, v)
 
 
 class TorchVarlenAttention(AttentionBackend):
