@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as pds
 import pyarrow.parquet as pq
+
+from conftest import cosine
 
 TEXTS = [json.loads(line)["text"] for line in (Path(__file__).parent / "data" / "texts.jsonl").read_text().splitlines()]
 
@@ -52,6 +55,20 @@ def read_embeddings(output: Path) -> pa.Table:
 def vectors_of(table: pa.Table) -> np.ndarray:
     column = table.column("embedding").combine_chunks()
     return np.array(column.flatten().to_numpy().reshape(len(table), column.type.list_size))  # writable
+
+
+def assert_same_output(output: Path, reference: Path) -> None:
+    """Two index runs wrote the same units (rows in the same order, vectors within float error),
+    rejected rows, index ids and settings."""
+    assert sorted(os.listdir(output / "embeddings")) == sorted(os.listdir(reference / "embeddings"))
+    for name in os.listdir(reference / "embeddings"):  # each unit file: the same rows in the same order
+        ours, theirs = pq.read_table(output / "embeddings" / name), pq.read_table(reference / "embeddings" / name)
+        assert ours.drop(["embedding"]).equals(theirs.drop(["embedding"]))
+        assert cosine(vectors_of(ours), vectors_of(theirs)).min() >= 0.99999
+    assert pq.read_table(output / "rejected.parquet").sort_by("id").equals(
+        pq.read_table(reference / "rejected.parquet").sort_by("id"))
+    assert pq.read_table(output / "index_ids.parquet").equals(pq.read_table(reference / "index_ids.parquet"))
+    assert json.loads((output / "job.json").read_text()) == json.loads((reference / "job.json").read_text())
 
 
 def index_command(*args) -> list[str]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 
 import pyarrow as pa
@@ -12,8 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from conftest import cosine
-from corpus import read_embeddings, variant_texts, vectors_of, write_corpus
+from corpus import assert_same_output, read_embeddings, variant_texts, write_corpus
 from embedpipe.cli.main import app
 from embedpipe.pipeline.config import ConfigError, DeviceSpec
 from embedpipe.pipeline.manifest import completed_units
@@ -73,18 +71,6 @@ def corpus(tmp_path_factory):
     result = CliRunner().invoke(app, ["index", str(folder / "in"), "--output", str(folder / "local"), *LOCAL, *COMMON])
     assert result.exit_code == 0, result.output
     return folder / "in", folder / "local"
-
-
-def assert_same_output(output, reference):
-    assert sorted(os.listdir(output / "embeddings")) == sorted(os.listdir(reference / "embeddings"))
-    for name in os.listdir(reference / "embeddings"):  # each unit file: the same rows in the same order
-        ours, theirs = pq.read_table(output / "embeddings" / name), pq.read_table(reference / "embeddings" / name)
-        assert ours.drop(["embedding"]).equals(theirs.drop(["embedding"]))
-        assert cosine(vectors_of(ours), vectors_of(theirs)).min() >= 0.99999
-    assert pq.read_table(output / "rejected.parquet").sort_by("id").equals(
-        pq.read_table(reference / "rejected.parquet").sort_by("id"))
-    assert pq.read_table(output / "index_ids.parquet").equals(pq.read_table(reference / "index_ids.parquet"))
-    assert json.loads((output / "job.json").read_text()) == json.loads((reference / "job.json").read_text())
 
 
 @pytest.mark.slow
