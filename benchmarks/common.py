@@ -35,6 +35,15 @@ def model_folder(name: str, cache: Path) -> Path:
     return folder
 
 
+def tree_rss(process) -> tuple[int, int] | None:
+    """RSS bytes of a psutil process and of all its descendants; None once it (or a child being read) is gone."""
+    import psutil
+    try:
+        return process.memory_info().rss, sum(child.memory_info().rss for child in process.children(recursive=True))
+    except psutil.NoSuchProcess:
+        return None
+
+
 def percentiles(samples_ms: list[float]) -> dict[str, float]:
     ordered = sorted(samples_ms)
     pick = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]

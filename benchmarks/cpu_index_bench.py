@@ -25,7 +25,7 @@ import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from common import environment, write_results
+from common import environment, tree_rss, write_results
 from embedpipe.kernels.model_folder import builtin_models
 
 TEXTS_FILE = Path(__file__).parent.parent / "tests" / "data" / "texts.jsonl"
@@ -60,12 +60,8 @@ def run_index(corpus: Path, output: Path, extra: list[str]) -> dict:
     start = time.perf_counter()
     process = psutil.Popen(command, stderr=subprocess.PIPE, text=True)
     samples, peak_all = [], 0
-    while process.poll() is None:
-        try:
-            main = process.memory_info().rss
-            workers = sum(child.memory_info().rss for child in process.children(recursive=True))
-        except psutil.NoSuchProcess:
-            break
+    while process.poll() is None and (rss := tree_rss(process)) is not None:
+        main, workers = rss
         samples.append(main)
         peak_all = max(peak_all, main + workers)
         time.sleep(RSS_SAMPLE_S)

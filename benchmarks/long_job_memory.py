@@ -28,7 +28,7 @@ import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from common import environment, model_folder
+from common import environment, model_folder, tree_rss
 
 TEXTS_FILE = Path(__file__).parent.parent / "tests" / "data" / "texts.jsonl"
 SENTENCE_END = re.compile(r"(?<=[.!?。])\s+")
@@ -50,12 +50,8 @@ def short_texts(num_rows: int, seed: int = 0) -> list[str]:
 def sample(process: psutil.Popen, output: Path) -> list[dict]:
     """Samples every SAMPLE_S until the process ends: seconds, units done, RSS of it / with children (MiB)."""
     start, samples = time.monotonic(), []
-    while process.poll() is None:
-        try:
-            main = process.memory_info().rss
-            children = sum(child.memory_info().rss for child in process.children(recursive=True))
-        except psutil.NoSuchProcess:
-            break
+    while process.poll() is None and (rss := tree_rss(process)) is not None:
+        main, children = rss
         manifest = output / "manifest"
         units = len([n for n in os.listdir(manifest) if not n.startswith(".")]) if manifest.is_dir() else 0
         samples.append({"s": round(time.monotonic() - start, 2), "units_done": units,

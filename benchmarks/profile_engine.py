@@ -8,7 +8,6 @@ import argparse
 from pathlib import Path
 
 import numpy as np
-import torch
 from torch.profiler import ProfilerActivity, profile
 
 from common import model_folder, random_sequences

@@ -14,8 +14,9 @@ PEERS = ("transformers", "sentence-transformers")
 
 
 def merge(base: dict, other: dict) -> dict:
-    """`other`'s models over `base`'s, and both runs listed (each with its own ceilings)."""
-    return {**base, "models": {**base.get("models", {}), **other["models"]},
+    """`other`'s models over `base`'s, both runs listed (each with its own ceilings); the rest is `base`'s
+    (`other`'s where `base` is empty)."""
+    return {**other, **base, "models": {**base.get("models", {}), **other["models"]},
             "runs": base.get("runs", []) + other.get("runs", [])}
 
 

@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 import traceback
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -127,8 +127,7 @@ def main() -> None:
             results["models"][name] = entry
             this_run = {"command": results["command"], "models": models, "suites": suites,
                         "seconds": time.perf_counter() - start, "ceilings": results["ceilings"]}
-            report.write(report.merge(previous, {**results, "runs": [this_run]}) if previous else
-                         {**results, "runs": [this_run]}, out)
+            report.write(report.merge(previous, {**results, "runs": [this_run]}), out)
     print((out / "results.md").read_text())
     failed = {f"{m}/{s}" for m, r in results["models"].items() for s in r.get("errors", {})}
     if failed:

@@ -24,7 +24,7 @@ import numpy as np
 import psutil
 import pyarrow.parquet as pq
 
-from common import ST_BATCH, SentenceTransformersPeer, TransformersPeer, min_cosine, synchronize
+from common import ST_BATCH, SentenceTransformersPeer, TransformersPeer, min_cosine, synchronize, tree_rss
 from embedpipe.kernels.batch import BucketPolicy, pack
 from embedpipe.kernels.engine import Engine, EngineConfig
 from embedpipe.kernels.graph_cache import GraphConfig
@@ -53,12 +53,8 @@ class Sampler:
             thread.start()
 
     def _rss(self) -> None:
-        while True:
-            try:
-                tree = [self.process, *self.process.children(recursive=True)]
-                self.rss.append(sum(p.memory_info().rss for p in tree))
-            except psutil.NoSuchProcess:
-                return
+        while (rss := tree_rss(self.process)) is not None:
+            self.rss.append(sum(rss))
             time.sleep(SAMPLE_S)
 
     def _gpu(self) -> None:
