@@ -13,6 +13,7 @@ import multiprocessing
 import os
 import pickle
 import queue
+import time
 from typing import TYPE_CHECKING
 
 import torch
@@ -26,7 +27,7 @@ from .tokenizer_pool import exit_description
 if TYPE_CHECKING:
     from .job import PreparedJob
 
-POLL_S = 0.2  # how often the parent looks for dead processes while no event arrives
+POLL_S = 0.2  # the parent looks for dead processes before each event, and this often without events
 LAST_EVENTS_S = 1.0  # a process that exited has flushed its events: wait this long for them
 STOP_S = 30.0  # after this, a process that does not stop is killed
 
@@ -93,8 +94,9 @@ class DeviceEngines:
     def _watch(self, processes: list, events, progress: Progress) -> list[EngineReport]:
         """Relays progress until every process has reported; raises on the first failure or death."""
         reports: dict[int, EngineReport] = {}
+        exited_at: dict[int, float] = {}  # processes seen ended without a report: since when
         while len(reports) < len(processes):
-            kind, index, payload = self._next_event(processes, events, reports)
+            kind, index, payload = self._next_event(processes, events, reports, exited_at)
             if kind == "progress":
                 progress.advance(*payload)
             elif kind == "log":
@@ -105,21 +107,26 @@ class DeviceEngines:
                 raise self._failure(index, *payload)
         return [reports[plan.index] for plan in self.plans]
 
-    def _next_event(self, processes: list, events, reports: dict) -> tuple:
+    def _next_event(self, processes: list, events, reports: dict, exited_at: dict) -> tuple:
+        """The next event; raises once a process has been gone LAST_EVENTS_S without its report.
+
+        Checked before every read: the other engines' progress events must not hide a death.
+        """
         while True:
+            now = time.monotonic()
+            for index, process in enumerate(processes):
+                if process.exitcode is None or index in reports:
+                    continue
+                # it exited: its last events were flushed before it ended, and are read within this wait
+                if now - exited_at.setdefault(index, now) > LAST_EVENTS_S:
+                    raise EngineProcessError(
+                        f"the engine process on {self.plans[index].device} died "
+                        f"({exit_description(process.exitcode)}); the other engines were stopped. "
+                        "Completed units are kept: run the same command again to resume")
             try:
                 return events.get(timeout=POLL_S)
             except queue.Empty:
                 pass
-            for index, process in enumerate(processes):
-                if process.exitcode is not None and index not in reports:
-                    try:  # it exited: its last events are already in the queue, if it sent them
-                        return events.get(timeout=LAST_EVENTS_S)
-                    except queue.Empty:
-                        raise EngineProcessError(
-                            f"the engine process on {self.plans[index].device} died "
-                            f"({exit_description(process.exitcode)}); the other engines were stopped. "
-                            "Completed units are kept: run the same command again to resume") from None
 
     def _failure(self, index: int, pickled: bytes | None, trace: str) -> Exception:
         """The process's own error when it pickles (an input error keeps its type and exit code)."""
