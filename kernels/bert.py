@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from .attention import AttentionBackend, AttentionSpec
-from .layers import LayerNorm, PackedLinear, activation
+from .layers import Embedding, LayerNorm, PackedLinear, activation
 
 
 class BertEmbeddings(nn.Module):
@@ -16,9 +16,9 @@ class BertEmbeddings(nn.Module):
         super().__init__()
         self.ops = ops
         hidden = cfg["hidden_size"]
-        self.word_embeddings = nn.Embedding(cfg["vocab_size"], hidden)
-        self.position_embeddings = nn.Embedding(cfg["max_position_embeddings"], hidden)
-        self.token_type_embeddings = nn.Embedding(cfg.get("type_vocab_size", 2), hidden)
+        self.word_embeddings = Embedding(cfg["vocab_size"], hidden)
+        self.position_embeddings = Embedding(cfg["max_position_embeddings"], hidden)
+        self.token_type_embeddings = Embedding(cfg.get("type_vocab_size", 2), hidden)
         self.LayerNorm = LayerNorm(hidden, eps=cfg["layer_norm_eps"])
         self.position_offset = position_offset  # XLM-R counts positions from padding_idx + 1
 

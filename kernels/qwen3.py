@@ -9,7 +9,7 @@ from __future__ import annotations
 from torch import nn
 
 from .attention import AttentionBackend, AttentionSpec
-from .layers import PackedLinear, RMSNorm, RotaryEmbedding
+from .layers import Embedding, PackedLinear, RMSNorm, RotaryEmbedding
 
 
 def _head_dim(cfg: dict) -> int:
@@ -81,7 +81,7 @@ class Qwen3Model(nn.Module):
     def __init__(self, cfg: dict, attn: AttentionBackend, ops, max_positions: int):
         super().__init__()
         self.rotary = RotaryEmbedding(_head_dim(cfg), max_positions, _rope_theta(cfg))
-        self.embed_tokens = nn.Embedding(cfg["vocab_size"], cfg["hidden_size"])
+        self.embed_tokens = Embedding(cfg["vocab_size"], cfg["hidden_size"])
         self.layers = nn.ModuleList(Qwen3DecoderLayer(cfg, ops) for _ in range(cfg["num_hidden_layers"]))
         self.norm = RMSNorm(cfg["hidden_size"], cfg["rms_norm_eps"])
         self.attn, self.ops = attn, ops

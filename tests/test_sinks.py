@@ -106,3 +106,18 @@ def test_rejected_writer_without_rows_clears_a_stale_file(tmp_path):
             writer.write(pa.array(["1"]), ["empty"])
             raise RuntimeError
     assert all_files(tmp_path) == []
+
+
+def test_embeddings_are_written_plain_and_other_columns_as_by_default(tmp_path):
+    """No dictionary, compression or statistics on the vectors (they cost 10x the write); the rest keep them."""
+    kept = [pa.field("tags", pa.list_(pa.string())), pa.field("text", pa.string())]
+    with UnitWriter(tmp_path, "u", 4, "float32", pa.field("id", pa.int64()), kept) as writer:
+        writer.write(pa.array([1, 2]), np.ones((2, 4), np.float32), [pa.array([["a"], ["b"]]), pa.array(["x", "y"])])
+    row_group = pq.ParquetFile(writer.path).metadata.row_group(0)
+    columns = {row_group.column(i).path_in_schema: row_group.column(i) for i in range(row_group.num_columns)}
+    assert set(columns) == {"id", "embedding.list.element", "tags.list.element", "text"}
+    for path, column in columns.items():
+        plain = path == "embedding.list.element"
+        assert (column.compression == "UNCOMPRESSED") == plain, path
+        assert ("RLE_DICTIONARY" not in column.encodings) == plain, path
+        assert column.is_stats_set != plain, path
