@@ -107,7 +107,10 @@ def _throughput_table(models: dict) -> list[str]:
 
 
 def _concurrency_table(models: dict) -> list[str]:
+    workers = sorted({r.get("http_workers", 1) for r in models.values() if r.get("concurrency")})
     lines = ["## 4. Concurrency over HTTP (closed-loop clients, one text each, tokenised in the server, ms)", "",
+             f"ours: `embedpipe serve --http-workers {'/'.join(map(str, workers))}` (HTTP processes in front of the "
+             "engine process); the peer answers one request at a time.", "",
              "| model | clients | server | p50 | p90 | p99 | max | requests/s | vs peer | mean batch |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for model, r in models.items():

@@ -55,13 +55,15 @@ class Sizes:
     concurrency_tokens: int = 512
     concurrency_seconds: float = 2.0
     warmup_seconds: float = 0.5
+    http_workers: int = 4  # our server's HTTP processes (`embedpipe serve --http-workers`) in suites 3 and 4
     corpus_rows: int = 10000
     peer_rows: int = 2000  # the peers embed the first rows of the corpus
 
 
 QUICK = Sizes(latency_tokens=(32, 128), latency_iters=5, peer_iters=3, scoring_batches=(2, 5), scoring_tokens=64,
               throughput_tokens=(64,), throughput_batch=10, throughput_requests=2, concurrency=(1, 4),
-              concurrency_tokens=64, concurrency_seconds=1.0, warmup_seconds=0.5, corpus_rows=96, peer_rows=32)
+              concurrency_tokens=64, concurrency_seconds=1.0, warmup_seconds=0.5, http_workers=2, corpus_rows=96,
+              peer_rows=32)
 
 
 def gpu_slug() -> str:

@@ -1,6 +1,6 @@
 """The server's request path alone: `embedpipe serve` whose engine returns zeros at once, under load.
 
-    python benchmarks/serve_request_path.py [--clients 1,16] [--seconds 5] [--tokens 512]
+    python benchmarks/serve_request_path.py [--clients 1,16] [--seconds 5] [--tokens 512] [--http-workers 1,4]
 
 What is left of a request once the engine costs nothing (HTTP, JSON, tokenisation threads, the
 scheduler, base64): if the rate here matches the GPU run's, the server, not the device, bounds it.
@@ -35,18 +35,21 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--tokens", type=int, default=512)
     parser.add_argument("--model", default="minilm", help="its tokenizer and limits are used; its weights are not run")
+    parser.add_argument("--http-workers", default="1", help="comma-separated: one server per value")
     args = parser.parse_args()
     from embedpipe.kernels.model_folder import resolve_model_path
     payloads = [body(text) for text in texts_of(resolve_model_path(args.model), 64, args.tokens)]
-    command = [sys.executable, __file__, "--serve", "--model", args.model, "--device", "cpu"]
-    server = Server("null-engine server", command, Path("/tmp/embedpipe-null-server.log"), {"OMP_NUM_THREADS": "1"})
-    try:
-        for clients in map(int, args.clients.split(",")):
-            r = run_async(closed_loop(server.port, payloads, clients, 1.0, args.seconds))
-            print(f"{clients:3d} clients: p50 {r['p50']:.2f} ms, p90 {r['p90']:.2f}, p99 {r['p99']:.2f}, "
-                  f"{r['requests_per_s']:,.0f} requests/s", flush=True)
-    finally:
-        server.stop()
+    for workers in args.http_workers.split(","):
+        command = [sys.executable, __file__, "--serve", "--model", args.model, "--device", "cpu",
+                   "--http-workers", workers]
+        server = Server("null-engine server", command, Path("/tmp/embedpipe-null-server.log"), {"OMP_NUM_THREADS": "1"})
+        try:
+            for clients in map(int, args.clients.split(",")):
+                r = run_async(closed_loop(server.port, payloads, clients, 1.0, args.seconds))
+                print(f"{workers} HTTP processes, {clients:3d} clients: p50 {r['p50']:.2f} ms, p90 {r['p90']:.2f}, "
+                      f"p99 {r['p99']:.2f}, {r['requests_per_s']:,.0f} requests/s", flush=True)
+        finally:
+            server.stop()
 
 
 if __name__ == "__main__":

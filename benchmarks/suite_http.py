@@ -71,8 +71,9 @@ class Server:
         self.proc.wait(120)
 
 
-def start_servers(folder: Path, device: str, logs: Path) -> dict[str, Server]:
-    commands = {"ours": [sys.executable, "-m", "embedpipe.cli.main", "serve", "--model", str(folder), "--device", device],
+def start_servers(folder: Path, device: str, logs: Path, http_workers: int) -> dict[str, Server]:
+    commands = {"ours": [sys.executable, "-m", "embedpipe.cli.main", "serve", "--model", str(folder), "--device", device,
+                         "--http-workers", str(http_workers)],
                 "peer": [sys.executable, str(HERE), "--peer", "--model", str(folder), "--device", device]}
     # on a small shared CPU, OpenMP teams that spin while idle (the peer's thread-pool workers each get one)
     # starve each other for hundreds of ms; passive waiting, for both servers, measures the servers instead
@@ -242,8 +243,9 @@ def run(folder: Path, device: str, sizes, work: Path, max_tokens: int, flops_per
     rng = np.random.default_rng(1)
     texts = texts_of(folder, 64, sizes.concurrency_tokens)
     text_payloads = [body(t) for t in texts]
-    servers = start_servers(folder, device, work)
-    result = {"throughput": {}, "concurrency": {}, "concurrency_tokens": min(sizes.concurrency_tokens, max_tokens)}
+    servers = start_servers(folder, device, work, sizes.http_workers)
+    result = {"throughput": {}, "concurrency": {}, "concurrency_tokens": min(sizes.concurrency_tokens, max_tokens),
+              "http_workers": sizes.http_workers}
     try:
         result["http_agreement"] = {"texts": agreement(servers, texts[:4]),
                                "token_ids": agreement(servers, random_sequences(rng, 4, min(128, max_tokens)))}

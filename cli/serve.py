@@ -24,7 +24,12 @@ def serve(model: str = MODEL,
           max_queue: int = typer.Option(512, "--max-queue", help="Requests queued or running at once; more get 429."),
           request_timeout: float = typer.Option(30.0, "--request-timeout", help="Seconds per request; then 504."),
           max_batch_tokens: int = typer.Option(16384, "--max-batch-tokens", help="Padded tokens per engine batch."),
-          tokenizer_threads: int = typer.Option(4, "--tokenizer-threads", help="Threads that tokenise requests.")):
+          tokenizer_threads: int = typer.Option(4, "--tokenizer-threads",
+                                                help="Threads that tokenise requests, per HTTP process."),
+          http_workers: int = typer.Option(
+              1, "--http-workers",
+              help="HTTP processes in front of the one engine process (1: HTTP in the engine process). "
+                   "One process answers up to ~1-2k requests/s; give a busy GPU server more.")):
     """Serve OpenAI-compatible /v1/embeddings (and /v1/search with --index) over HTTP."""
     from embedpipe.kernels.engine import EngineConfig
     from embedpipe.pipeline.batcher import BatcherConfig
@@ -40,7 +45,7 @@ def serve(model: str = MODEL,
                              max_inputs=max_inputs, max_input_tokens=max_input_tokens, truncate=truncate,
                              max_queue=max_queue, request_timeout=request_timeout,
                              batching=BatcherConfig(max_batch_tokens=max_batch_tokens),
-                             tokenizer_threads=tokenizer_threads)
+                             tokenizer_threads=tokenizer_threads, http_workers=http_workers)
     except ValueError as e:
         fail(str(e))
     run_server(config)

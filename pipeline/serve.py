@@ -4,6 +4,10 @@ Threads: the event loop parses requests and writes JSON; a small thread pool tok
 Rust tokenizer releases the GIL, so threads run in parallel without a process pool's pickling
 and IPC on every request) and runs FAISS searches; one engine thread (serve_scheduler) owns the
 Engine. The loop never waits on the device: it awaits futures the engine thread completes.
+
+The app talks to the engine through a backend: LocalBackend (the engine in this process) or,
+with --http-workers N > 1, serve_fronts.RemoteBackend in each of N HTTP processes in front of
+the one engine process.
 """
 from __future__ import annotations
 
@@ -21,6 +25,8 @@ import uvicorn
 from fastapi import FastAPI, Request, Response
 
 from embedpipe.kernels.engine import Engine, EngineConfig
+from embedpipe.kernels.model_folder import ModelFolder
+from embedpipe.kernels.pooling import OutputSpec
 from .batcher import BatcherConfig
 from .embed import embed_token_ids
 from .query import query_prompt_name
@@ -47,10 +53,11 @@ class ServeConfig:
     max_queue: int = 512  # requests admitted and not yet answered; more get 429
     request_timeout: float = 30.0  # seconds from arrival; then 504
     batching: BatcherConfig = field(default_factory=BatcherConfig)
-    tokenizer_threads: int = 4
+    tokenizer_threads: int = 4  # per HTTP process
+    http_workers: int = 1  # HTTP processes; 1: the HTTP server runs in the engine process
 
     def __post_init__(self):
-        for name in ("max_inputs", "max_queue", "tokenizer_threads"):
+        for name in ("max_inputs", "max_queue", "tokenizer_threads", "http_workers"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
         if self.max_input_tokens is not None and self.max_input_tokens < 1:
@@ -61,33 +68,76 @@ class ServeConfig:
             raise ValueError("the server returns float32 embeddings; leave the engine's output dtype at float32")
 
 
-class EmbedServer:
-    """The app's state: engine, scheduler, tokenizers, index, limits and metrics."""
+@dataclass(frozen=True)
+class ServedModel:
+    """What the HTTP side knows of the engine and the index (picklable: HTTP processes get a copy)."""
 
-    def __init__(self, config: ServeConfig, engine: Engine, index=None):
-        self.config, self.engine, self.index = config, engine, index
-        folder = engine.folder
+    name: str
+    folder: ModelFolder
+    output: OutputSpec
+    index_meta: dict | None  # None: no index
+
+    @classmethod
+    def of(cls, config: ServeConfig, engine: Engine, index=None) -> ServedModel:
+        return cls(config.engine.model, engine.folder, engine.output, None if index is None else index.meta)
+
+
+class LocalBackend:
+    """The engine (on its scheduler's thread), the index and the metrics, in this process."""
+
+    def __init__(self, engine: Engine, index, batching: BatcherConfig):
+        self.engine, self.index, self.batching = engine, index, batching
+        self.metrics = Metrics(engine)
+        self.scheduler: Scheduler | None = None
+
+    def start(self) -> None:
+        self.scheduler = Scheduler(self.engine, self.batching, self.metrics.on_batch)
+
+    def close(self) -> None:
+        """Finishes every queued job and stops the engine thread."""
+        self.scheduler.close()
+
+    async def embed(self, sequences: list[list[int]]) -> np.ndarray:
+        job = self.scheduler.submit(sequences)
+        try:
+            return await job.future
+        finally:
+            job.cancel()  # on a timeout, its sequences not yet batched are dropped
+
+    def search(self, queries: np.ndarray, k: int) -> list[list[dict]]:
+        return self.index.search(queries, k)
+
+
+def local_server(config: ServeConfig, engine: Engine, index=None) -> EmbedServer:
+    """The app's state around an engine in this process."""
+    return EmbedServer(config, ServedModel.of(config, engine, index), LocalBackend(engine, index, config.batching))
+
+
+class EmbedServer:
+    """The app's state: the backend (engine, index, metrics), tokenizers and limits."""
+
+    def __init__(self, config: ServeConfig, model: ServedModel, backend):
+        self.config, self.model, self.backend = config, model, backend
+        folder = model.folder
         max_tokens = config.max_input_tokens or folder.max_seq_length
         if max_tokens > folder.max_seq_length:
             raise ValueError(f"max_input_tokens {max_tokens} is more than the model's max_seq_length {folder.max_seq_length}")
-        self.limits = Limits(config.max_inputs, max_tokens, config.truncate, engine.output.dim,
+        self.limits = Limits(config.max_inputs, max_tokens, config.truncate, model.output.dim,
                              int(folder.config.get("vocab_size", 1 << 31)))
-        self.model_name = config.engine.model
         names = [None, *folder.prompts]  # None: the model's default prompt, as `embedpipe embed`
         self.tokenizers = {name: TextTokenizer(folder.tokenizer_file, max_tokens, folder.prompt(name)) for name in names}
         self.query_tokenizer = self.tokenizers[query_prompt_name(folder, None, None)]
-        self.metrics = Metrics(engine)
+        self.metrics = backend.metrics
         self.pool = ThreadPoolExecutor(config.tokenizer_threads, thread_name_prefix="embedpipe-tokenize")
-        self.scheduler: Scheduler | None = None
         self.active = 0
         self.draining = False
 
     @asynccontextmanager
     async def lifespan(self, app: FastAPI):
-        self.scheduler = Scheduler(self.engine, self.config.batching, self.metrics.on_batch)
+        self.backend.start()
         yield
         self.draining = True
-        await asyncio.get_running_loop().run_in_executor(None, self.scheduler.close)
+        await asyncio.get_running_loop().run_in_executor(None, self.backend.close)
         self.pool.shutdown()
 
     async def handle(self, endpoint: str, request: Request, work) -> Response:
@@ -107,7 +157,7 @@ class EmbedServer:
             raise ApiError(429, f"the queue is full ({self.config.max_queue} requests); retry later",
                            kind="rate_limit_error")
         self.active += 1
-        self.metrics.active.inc()
+        self.metrics.admitted(1)
         try:
             return await asyncio.wait_for(work(request), self.config.request_timeout)
         except asyncio.TimeoutError:
@@ -121,7 +171,7 @@ class EmbedServer:
             raise ApiError(500, f"{type(error).__name__}: {error}", kind="server_error") from None
         finally:
             self.active -= 1
-            self.metrics.active.dec()
+            self.metrics.admitted(-1)
 
     async def embeddings(self, request: Request) -> bytes:
         req = parse_embeddings(await request.body(), self.limits)
@@ -129,20 +179,20 @@ class EmbedServer:
             sequences = await self._tokenize(req.texts, req.truncate, self._tokenizer(req.prompt_name))
         else:
             sequences = self._cut(req.token_ids, req.truncate)
-        vectors = shorten(await self._embed(sequences), req.dimensions, self.engine.output.normalize)
-        args = (vectors, req.encoding_format, self.model_name, self._count(sequences))
+        vectors = shorten(await self.backend.embed(sequences), req.dimensions, self.model.output.normalize)
+        args = (vectors, req.encoding_format, self.model.name, self._count(sequences))
         if vectors.size > OFF_LOOP_VALUES:
             return await asyncio.get_running_loop().run_in_executor(self.pool, embeddings_response, *args)
         return embeddings_response(*args)
 
     async def search(self, request: Request) -> bytes:
-        if self.index is None:
+        if self.model.index_meta is None:
             raise ApiError(404, "this server has no index; start it with --index OUTPUT", kind="not_found_error")
         req = parse_search(await request.body(), self.limits)
         sequences = await self._tokenize(req.queries, req.truncate, self.query_tokenizer)
-        queries = index_queries(await self._embed(sequences), self.index.meta, self.engine.output.normalize)
-        hits = await asyncio.get_running_loop().run_in_executor(self.pool, self.index.search, queries, req.k)
-        return search_response(hits, self.model_name, self._count(sequences))
+        queries = index_queries(await self.backend.embed(sequences), self.model.index_meta, self.model.output.normalize)
+        hits = await asyncio.get_running_loop().run_in_executor(self.pool, self.backend.search, queries, req.k)
+        return search_response(hits, self.model.name, self._count(sequences))
 
     def _tokenizer(self, prompt_name: str | None) -> TextTokenizer:
         if prompt_name not in self.tokenizers:
@@ -162,24 +212,16 @@ class EmbedServer:
             check_lengths([len(s) for s in token_ids], [False] * len(token_ids), limit)
         return [ids[:limit] for ids in token_ids]
 
-    async def _embed(self, sequences: list[list[int]]) -> np.ndarray:
-        job = self.scheduler.submit(sequences)
-        try:
-            return await job.future
-        finally:
-            job.cancel()  # on a timeout, its sequences not yet batched are dropped
-
     def _count(self, sequences: list[list[int]]) -> int:
         num_tokens = sum(len(s) for s in sequences)
-        self.metrics.inputs.inc(len(sequences))
-        self.metrics.tokens.inc(num_tokens)
+        self.metrics.counted(len(sequences), num_tokens)
         return num_tokens
 
     def health(self) -> Response:
         if self.draining:
             return Response(dumps({"status": "draining"}), 503, media_type=JSON)
-        index_rows = None if self.index is None else self.index.meta["num_rows"]
-        return Response(dumps({"status": "ok", "model": self.model_name, "dimensions": self.limits.dim,
+        index_rows = None if self.model.index_meta is None else self.model.index_meta["num_rows"]
+        return Response(dumps({"status": "ok", "model": self.model.name, "dimensions": self.limits.dim,
                                "max_input_tokens": self.limits.max_input_tokens, "index_rows": index_rows}),
                         media_type=JSON)
 
@@ -197,7 +239,7 @@ def create_app(server: EmbedServer) -> FastAPI:
 
     @app.get("/v1/models")
     async def models() -> Response:
-        model = {"id": server.model_name, "object": "model", "owned_by": "embedpipe"}
+        model = {"id": server.model.name, "object": "model", "owned_by": "embedpipe"}
         return Response(dumps({"object": "list", "data": [model]}), media_type=JSON)
 
     @app.get("/health")
@@ -207,7 +249,8 @@ def create_app(server: EmbedServer) -> FastAPI:
     @app.get("/metrics")
     async def metrics() -> Response:
         from prometheus_client import CONTENT_TYPE_LATEST
-        return Response(server.metrics.text(), media_type=CONTENT_TYPE_LATEST)
+        text = await asyncio.get_running_loop().run_in_executor(server.pool, server.metrics.text)
+        return Response(text, media_type=CONTENT_TYPE_LATEST)
 
     return app
 
@@ -243,7 +286,7 @@ def warm_up(engine: Engine, server: EmbedServer, batching: BatcherConfig) -> Non
         embed_token_ids(engine, ids, batching)
 
 
-class _Uvicorn(uvicorn.Server):
+class DrainingUvicorn(uvicorn.Server):
     """uvicorn, telling the app to refuse new requests (503) as soon as a shutdown signal arrives."""
 
     def __init__(self, config: uvicorn.Config, server: EmbedServer):
@@ -262,18 +305,22 @@ def run_server(config: ServeConfig) -> None:
     try:
         engine = Engine(config.engine)
         index = load_index(config.index, engine) if config.index is not None else None
-        server = EmbedServer(config, engine, index)
+        server = local_server(config, engine, index)
     except (ModelLoadError, ValueError, OSError, RuntimeError) as e:  # RuntimeError: torch or FAISS refusing a file
         fail(str(e))
     warm_up(engine, server, config.batching)
-    uv_config = uvicorn.Config(create_app(server), host=config.host, port=config.port, access_log=False,
-                               timeout_graceful_shutdown=int(config.request_timeout) + 5)
     # a thread that wakes (the engine thread, a finished tokenisation) waits for the GIL up to this long
     # while the event loop runs Python: 0.5 ms instead of 5 ms keeps that wait under the latency target
     sys.setswitchinterval(SWITCH_INTERVAL_S)
+    if config.http_workers > 1:
+        from .serve_fronts import serve_with_fronts
+        serve_with_fronts(config, server.model, server.backend)
+        return
+    uv_config = uvicorn.Config(create_app(server), host=config.host, port=config.port, access_log=False,
+                               timeout_graceful_shutdown=int(config.request_timeout) + 5)
     for sig in (signal.SIGINT, signal.SIGTERM):
         # uvicorn re-raises the signal after a graceful shutdown, under the handler found at start: exit 0
         signal.signal(sig, lambda *_: None)
     print(f"embedpipe: serving {config.engine.model} on http://{config.host}:{config.port} "
           f"({engine.device}, dimension {engine.output.dim})", file=sys.stderr, flush=True)
-    _Uvicorn(uv_config, server).run()
+    DrainingUvicorn(uv_config, server).run()

@@ -55,9 +55,23 @@ class Metrics:
         for seconds in queue_seconds:
             self.queue_seconds.observe(seconds)
 
+    def admitted(self, change: int) -> None:
+        self.active.inc(change)
+
+    def counted(self, inputs: int, tokens: int) -> None:
+        self.inputs.inc(inputs)
+        self.tokens.inc(tokens)
+
     def answered(self, endpoint: str, status: int, seconds: float) -> None:
         self.requests.labels(endpoint, str(status)).inc()
         self.request_seconds.labels(endpoint).observe(seconds)
+
+    def update(self, active_change: int, inputs: int, tokens: int, answered: list[tuple[str, int, float]]) -> None:
+        """An HTTP process's updates since its last (serve_fronts.RemoteMetrics.take)."""
+        self.admitted(active_change)
+        self.counted(inputs, tokens)
+        for endpoint, status, seconds in answered:
+            self.answered(endpoint, status, seconds)
 
     def text(self) -> bytes:
         return generate_latest(self.registry)

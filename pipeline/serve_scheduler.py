@@ -1,11 +1,11 @@
 """The server's engine thread: requests' sequences, first in first out, merged into token-budget batches.
 
-The event loop calls `submit()` (never blocks) and awaits the job's future. One engine thread
-owns the Engine: it moves queued sequences into a TokenBudgetBatcher one batch ahead, so a
+The event loop calls `submit()` (never blocks) and awaits the job's future; other threads call
+`submit_with()` and get the result through a callback (the HTTP front processes' bridges,
+serve_fronts.py). One engine thread owns the Engine: it moves queued sequences into a TokenBudgetBatcher one batch ahead, so a
 large request is cut into chunks that share batches with the requests behind it, keeps up to
 two batches in flight (the CPU packs and launches batch N+1 while the device runs batch N,
-TEI's infer.rs), and completes each job's future with `loop.call_soon_threadsafe` once its
-last row is back.
+TEI's infer.rs), and completes each job once its last row is back.
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable
 
 import numpy as np
@@ -31,12 +32,15 @@ class SchedulerClosed(RuntimeError):
 
 @dataclass(eq=False)
 class Job:
-    """One request's sequences; `out` [num_seqs, width] fills in as batches come back."""
+    """One request's sequences; `out` [num_seqs, width] fills in as batches come back.
+
+    `on_done(out or the exception)` runs on the engine thread once, unless the job was cancelled.
+    """
 
     sequences: list[list[int]]
     out: np.ndarray
-    future: asyncio.Future
-    loop: asyncio.AbstractEventLoop
+    on_done: Callable[[np.ndarray | Exception], None]
+    future: asyncio.Future | None = None  # for jobs of submit(): on_done settles it in its loop
     submitted: float = field(default_factory=time.perf_counter)
     next_index: int = 0  # the next sequence to move into the batcher
     remaining: int = 0  # rows not yet back
@@ -73,12 +77,19 @@ class Scheduler:
         self._thread.start()
 
     def submit(self, sequences: list[list[int]]) -> Job:
-        """Queues one request's token-id sequences; await `job.future` for [len(sequences), width]."""
+        """From the event loop: queues one request's token-id sequences; await `job.future` for [len(sequences), width]."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        job = self.submit_with(sequences, partial(settle_in_loop, loop, future))
+        job.future = future
+        return job
+
+    def submit_with(self, sequences: list[list[int]], on_done: Callable[[np.ndarray | Exception], None]) -> Job:
+        """From any thread: queues the sequences; `on_done` gets [len(sequences), width] or the error."""
         if self._closing:
             raise SchedulerClosed("the server is shutting down")
-        loop = asyncio.get_running_loop()
         out = np.empty((len(sequences), self.engine.output.width), dtype=self.engine.output.numpy_dtype)
-        job = Job(sequences, out, loop.create_future(), loop)
+        job = Job(sequences, out, on_done)
         self._inbox.append(job)
         self._wake.set()
         return job
@@ -160,27 +171,27 @@ class Scheduler:
         for k, (job, i) in enumerate(flight.batch.tags):
             job.out[i] = rows[k]
             job.remaining -= 1
-            if job.remaining == 0:
-                _call_in_loop(job, _resolve, job.future, job.out)
+            if job.remaining == 0 and not job.cancelled:
+                job.on_done(job.out)
 
     def _fail(self, batch: Batch, error: Exception) -> None:
         for job in {job for job, _ in batch.tags}:
-            job.cancel()
-            _call_in_loop(job, _reject, job.future, error)
+            if not job.cancelled:
+                job.cancel()
+                job.on_done(error)
 
 
-def _call_in_loop(job: Job, callback, *args) -> None:
+def settle_in_loop(loop: asyncio.AbstractEventLoop, future: asyncio.Future, result) -> None:
     try:
-        job.loop.call_soon_threadsafe(callback, *args)
+        loop.call_soon_threadsafe(_settle, future, result)
     except RuntimeError:
         pass  # the loop is closed: nobody waits for this job any more
 
 
-def _resolve(future: asyncio.Future, value) -> None:
-    if not future.done():
-        future.set_result(value)
-
-
-def _reject(future: asyncio.Future, error: Exception) -> None:
-    if not future.done():
-        future.set_exception(error)
+def _settle(future: asyncio.Future, result) -> None:
+    if future.done():
+        return
+    if isinstance(result, Exception):
+        future.set_exception(result)
+    else:
+        future.set_result(result)

@@ -15,13 +15,15 @@ NUM_DOCS = 60
 MAX_INPUTS = 64
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory, minilm, texts):
+@pytest.fixture(scope="module", params=[1, 2], ids=["in-engine-process", "2-http-processes"])
+def served(request, tmp_path_factory, minilm, texts):
+    """The server with HTTP in the engine process, and with two HTTP processes in front of it."""
     folder = tmp_path_factory.mktemp("serve")
     docs = [t for t in texts if 0 < len(t) < 300][:NUM_DOCS]
     doc_vectors = embed_texts(minilm, make_tokenizer(minilm), docs)
     index = write_index(folder, [f"doc-{i}" for i in range(len(docs))], [d[:20] for d in docs], doc_vectors)
-    server = ServerProcess(folder / "server.log", "--index", str(index), "--max-inputs", str(MAX_INPUTS))
+    server = ServerProcess(folder / "server.log", "--index", str(index), "--max-inputs", str(MAX_INPUTS),
+                           "--http-workers", str(request.param))
     yield SimpleNamespace(url=server.url, docs=docs, doc_vectors=doc_vectors, minilm=minilm)
     assert server.terminate() == 0, (folder / "server.log").read_text()
 

@@ -11,12 +11,12 @@ from conftest import cosine
 from embedpipe.kernels.engine import Engine, EngineConfig
 from embedpipe.kernels.model_folder import builtin_models
 from embedpipe.pipeline.embed import embed_texts, make_tokenizer
-from embedpipe.pipeline.serve import EmbedServer, ServeConfig, load_index
+from embedpipe.pipeline.serve import EmbedServer, ServeConfig, load_index, local_server
 from serve_client import GatedEngine, InProcessServer, embed, metric, vectors, write_index
 
 
 def make_server(engine, index=None, **overrides) -> EmbedServer:
-    return EmbedServer(ServeConfig(engine=engine.config, **overrides), engine, index)
+    return local_server(ServeConfig(engine=engine.config, **overrides), engine, index)
 
 
 def error(response: httpx.Response) -> str:

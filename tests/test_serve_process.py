@@ -7,17 +7,20 @@ import threading
 import time
 
 import httpx
+import psutil
 import pytest
 
 from conftest import cosine
 from embedpipe.pipeline.embed import embed_texts, make_tokenizer
+from processes import wait_until_gone
 from serve_client import ServerProcess, embed, metric, vectors
 
 pytestmark = pytest.mark.slow
 
 
-def test_sigterm_finishes_in_flight_requests_refuses_new_ones_and_exits_0(tmp_path, minilm, texts):
-    server = ServerProcess(tmp_path / "server.log")
+@pytest.mark.parametrize("http_workers", [1, 2])
+def test_sigterm_finishes_in_flight_requests_refuses_new_ones_and_exits_0(tmp_path, minilm, texts, http_workers):
+    server = ServerProcess(tmp_path / "server.log", "--http-workers", str(http_workers))
     requests = [[f"shutdown {i}-{j}: {texts[(8 * i + j) % len(texts)][:200]}" for j in range(8)] for i in range(24)]
     results, finished_at = {}, {}
 
@@ -86,8 +89,30 @@ def admitted_all(url: str, num_requests: int) -> bool:
     (["--index", "/no/such/index"], "holds no index"),
     (["--device", "tpu"], "--device must be"),
     (["--max-input-tokens", "1000"], "more than the model's max_seq_length 256"),
+    (["--http-workers", "2", "--port", "0"], "--port 0 (any free port) needs --http-workers 1"),
 ])
 def test_start_up_errors_exit_2_with_a_message(args, message):
     result = subprocess.run([sys.executable, "-m", "embedpipe.cli.main", "serve", "--device", "cpu", *args],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
+def test_a_dead_http_process_stops_the_server_with_its_cause_and_leaves_no_process(tmp_path):
+    server = ServerProcess(tmp_path / "server.log", "--http-workers", "2")
+    fronts = [child for child in psutil.Process(server.proc.pid).children() if "spawn_main" in " ".join(child.cmdline())]
+    assert len(fronts) == 2
+    assert vectors(embed(server.url, input="served by either")).shape == (1, 384)
+    fronts[0].kill()
+    assert server.proc.wait(60) == 1
+    log = (tmp_path / "server.log").read_text()
+    assert "exited (exit code -9, SIGKILL); the server stopped" in log and "Traceback" not in log, log
+    assert wait_until_gone([front.pid for front in fronts]), "an HTTP process outlived the server"
+
+
+def test_http_processes_exit_with_a_killed_engine_process(tmp_path):
+    server = ServerProcess(tmp_path / "server.log", "--http-workers", "2")
+    fronts = [child.pid for child in psutil.Process(server.proc.pid).children() if "spawn_main" in " ".join(child.cmdline())]
+    assert len(fronts) == 2
+    server.proc.kill()  # no cleanup runs in it
+    assert server.proc.wait(60) == -signal.SIGKILL
+    assert wait_until_gone(fronts), "an HTTP process outlived the engine process"
