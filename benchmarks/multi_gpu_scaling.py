@@ -1,0 +1,178 @@
+"""Multi-GPU scaling of `embedpipe index --devices` (and `--ray`) on one host, with the same output as one GPU.
+
+    . benchmarks/gpu_setup.sh
+    python benchmarks/multi_gpu_scaling.py [--models bert-base,qwen3-0.6b] [--rows 200000] [--gpus 1,2,4] [--ray local]
+    python benchmarks/multi_gpu_scaling.py --cpu --rows 20000 --models tiny-bert --gpus 1,2   # tries it on CPU engines
+
+Per model (MiniLM, or a random-weight folder of a shape: common.model_folder): a corpus of
+realistic lengths (workloads.py); a reference run with one engine in the job's process
+(`--device cuda`); then `--devices 0`, `--devices 0,1`, `--devices 0,1,2,3` (each count of --gpus
+this machine has: one engine process per GPU, units from a shared queue) and, with --ray, Ray Data
+on every GPU. Every run is checked: `embedpipe verify OUTPUT --input CORPUS` passes, the unit
+files hold the reference's ids in order with cosine >= 0.9999 per row (bf16: batches are cut
+differently), and the index lists the same ids. Reports tokens/s and embeddings/s on the job
+clock, wall time, units per engine, and the speed-up over `--devices 0` against the targets
+(2 GPUs >= 1.9x, 4 GPUs >= 3.7x). Writes results.json, results.md and scaling.png; exits 1 when a
+check fails.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import torch
+
+from common import environment, model_folder, write_results
+from workloads import corpus_lengths, texts_of_lengths, write_corpus
+
+MIN_COSINE = 0.9999
+TARGETS = {2: 1.9, 4: 3.7}  # speed-up over one GPU
+UNITS = 25  # units per corpus: enough that the shared queue balances the engines
+
+
+def index_command(*args) -> list[str]:
+    return [sys.executable, "-m", "embedpipe.cli.main", *map(str, args)]
+
+
+def run_index(corpus: Path, model: Path, output: Path, engines: list[str]) -> dict:
+    """The run's numbers and `verify` outcome; {"options", "error"} when `embedpipe index` failed."""
+    start = time.perf_counter()
+    rows_per_unit = -(-pq.read_metadata(corpus).num_rows // UNITS)
+    done = subprocess.run(index_command("index", corpus, "--output", output, "--model", model,
+                                        "--rows-per-unit", rows_per_unit, "--quiet", *engines),
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        return {"options": " ".join(engines), "error": f"exit {done.returncode}: {done.stderr[-2000:]}"}
+    wall_s = time.perf_counter() - start
+    metrics = json.loads((output / "metrics.json").read_text())
+    verified = subprocess.run(index_command("verify", output, "--input", corpus), capture_output=True, text=True)
+    return {"options": " ".join(engines), "wall_s": wall_s, "num_engines": len(metrics["engines"]),
+            "units_per_engine": [engine["units"] for engine in metrics["engines"]],
+            "verify_passed": verified.returncode == 0, "verify_output": verified.stdout[-2000:],
+            **{key: metrics[key] for key in ("rows", "tokens", "seconds", "tokens_per_s", "embeddings_per_s")}}
+
+
+def compare(output: Path, reference: Path) -> dict:
+    """Same unit files, ids and index ids as the reference; the lowest cosine of any row."""
+    names = sorted(os.listdir(reference / "embeddings"))
+    same_files = sorted(os.listdir(output / "embeddings")) == names
+    same_ids, lowest = same_files, 1.0
+    for name in names if same_files else []:
+        ours, theirs = pq.read_table(output / "embeddings" / name), pq.read_table(reference / "embeddings" / name)
+        same_ids &= ours.column(0).equals(theirs.column(0))
+        a, b = (np.asarray(t.column("embedding").combine_chunks().flatten(), np.float64).reshape(len(t), -1)
+                for t in (ours, theirs))
+        lowest = min(lowest, float(((a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)).min()))
+    same_index = pq.read_table(output / "index_ids.parquet").equals(pq.read_table(reference / "index_ids.parquet"))
+    return {"same_unit_files": same_files, "same_ids": same_ids, "same_index_ids": same_index, "min_cosine": lowest}
+
+
+def engine_runs(gpus: list[int], ray: str | None, cpu: bool) -> dict[str, list[str]]:
+    """Run name -> engine options: the reference first, then one run per engine count (and Ray)."""
+    available = os.cpu_count() if cpu else torch.cuda.device_count()
+    runs = {"reference (one engine in the job's process)": ["--device", "cpu" if cpu else "cuda"]}
+    for count in (n for n in gpus if n <= available):
+        runs[f"--devices x{count}"] = ["--devices", f"cpu:{count}" if cpu else ",".join(map(str, range(count)))]
+    if ray is not None:
+        runs["--ray"] = ["--ray", ray, "--devices", "cpu:1" if cpu else "all"]  # Ray keeps a CPU for itself
+    return runs
+
+
+def bench_model(name: str, rows: int, runs: dict[str, list[str]], tmp: Path) -> dict:
+    model = model_folder(name, tmp / "models")
+    corpus = write_corpus(texts_of_lengths(model, corpus_lengths(rows)), tmp / f"corpus-{name}.parquet")
+    outputs = {run: tmp / f"{name}-{i}" for i, run in enumerate(runs)}
+    results = {}
+    for run, engines in runs.items():
+        results[run] = r = run_index(corpus, model, outputs[run], engines)
+        if "error" in r:
+            r["ok"] = False
+            print(f"{name} {run}: FAILED {r['error']}", flush=True)
+            continue
+        reference = next(iter(outputs.values()))
+        if outputs[run] != reference:
+            r.update(compare(outputs[run], reference))
+        r["ok"] = r["verify_passed"] and all(r.get(key, True) for key in ("same_unit_files", "same_ids",
+                                                                         "same_index_ids"))
+        r["ok"] &= r.get("min_cosine", 1.0) >= MIN_COSINE
+        print(f"{name} {run}: {r['tokens_per_s']:,.0f} tokens/s, {r['wall_s']:.1f} s wall, ok {r['ok']}", flush=True)
+    one = results.get("--devices x1", {})
+    for run, r in results.items():
+        count = re.fullmatch(r"--devices x(\d+)", run)
+        if "tokens_per_s" in one and "tokens_per_s" in r and count:
+            r["speedup"] = r["tokens_per_s"] / one["tokens_per_s"]
+            r["target"] = TARGETS.get(int(count[1]))
+    return {"rows": rows, "runs": results}
+
+
+def table(models: dict) -> str:
+    lines = ["| model | run | engines | units per engine | tokens/s | embeddings/s | wall s | speed-up | target | "
+             "min cosine | verify | ok |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, m in models.items():
+        for run, r in m["runs"].items():
+            if "error" in r:
+                lines.append(f"| {name} | {run} | failed: {r['error'].splitlines()[-1][:200]} |" + " |" * 9)
+                continue
+            speedup = f"{r['speedup']:.2f}x" if "speedup" in r else "-"
+            target = f">= {r['target']}x" if r.get("target") else "-"
+            cosine = f"{r['min_cosine']:.6f}" if "min_cosine" in r else "-"
+            lines.append(f"| {name} | {run} | {r['num_engines']} | {r['units_per_engine']} | {r['tokens_per_s']:,.0f} | "
+                         f"{r['embeddings_per_s']:,.0f} | {r['wall_s']:.1f} | {speedup} | {target} | {cosine} | "
+                         f"{'passed' if r['verify_passed'] else 'FAILED'} | {r['ok']} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(models: dict, folder: Path) -> None:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    fig, ax = plt.subplots(figsize=(5, 4))
+    counts = set()
+    for name, m in models.items():
+        points = sorted((int(run.rsplit("x", 1)[1]), r["speedup"]) for run, r in m["runs"].items() if "speedup" in r)
+        if points:
+            ax.plot(*zip(*points), "-o", label=name)
+            counts.update(n for n, _ in points)
+    if not counts:
+        return
+    ax.plot(sorted(counts), sorted(counts), ":", color="grey", label="linear")
+    ax.set(xlabel="GPUs (--devices)", ylabel="speed-up over one GPU", title="embedpipe index, tokens/s")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(folder / "scaling.png", dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="bert-base,qwen3-0.6b", help="minilm, or random-weight shapes")
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--gpus", default="1,2,4", help="engine counts to run (those this machine has)")
+    parser.add_argument("--ray", default=None, metavar="ADDRESS", help="also run on Ray Data (local: a new instance)")
+    parser.add_argument("--cpu", action="store_true", help="CPU engines (cpu:N) instead of GPUs, to try the script")
+    parser.add_argument("--out", type=Path, default=None, help="default: benchmarks/results/DATE-scaling")
+    args = parser.parse_args()
+    out = args.out or Path(__file__).parent / "results" / f"{time.strftime('%Y-%m-%d')}-scaling"
+    runs = engine_runs([int(n) for n in args.gpus.split(",")], args.ray, args.cpu)
+    with tempfile.TemporaryDirectory() as tmp:
+        models = {name: bench_model(name, args.rows, runs, Path(tmp)) for name in args.models.split(",")}
+    results = {"environment": environment(), "command": " ".join(["python", *sys.argv]), "models": models}
+    write_results(results, out, table(models))
+    plot(models, out)
+    print(table(models))
+    raise SystemExit(0 if all(r["ok"] for m in models.values() for r in m["runs"].values()) else 1)
+
+
+if __name__ == "__main__":
+    main()
