@@ -1,4 +1,4 @@
-"""Suites 3 and 4, over HTTP: our `embedpipe serve` against a peer behind the same stack (FastAPI + uvicorn).
+"""Suites 3 and 4, over HTTP: our `embedpipe serve` against a peer behind the same stack (Starlette + uvicorn).
 
 3. high throughput: requests of 100 pre-tokenised sequences of 512 / 1024 / 4096 tokens from
    four concurrent client processes: embeddings/s;
@@ -271,30 +271,32 @@ def run(folder: Path, device: str, sizes, work: Path, max_tokens: int, flops_per
 
 # ---- the peer server
 def peer_app(folder: Path, device: str):
-    from fastapi import Body, FastAPI, Response
+    from starlette.applications import Starlette
+    from starlette.concurrency import run_in_threadpool
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
 
     from common import SentenceTransformersPeer
     from embedpipe.pipeline.serve_protocol import embeddings_response
 
-    peer, lock, app = SentenceTransformersPeer(folder, device), threading.Lock(), FastAPI()
+    peer, lock = SentenceTransformersPeer(folder, device), threading.Lock()
 
-    @app.post("/v1/embeddings")
-    def embeddings(payload: dict = Body(...)) -> Response:  # a plain def: FastAPI runs it on its thread pool
+    def embed(payload: dict) -> bytes:
         inputs = payload["input"]
         inputs = [inputs] if isinstance(inputs, str) or (inputs and isinstance(inputs[0], int)) else inputs
-        with lock:
-            if isinstance(inputs[0], str):
-                result = peer.encode(inputs)
-            else:
-                result = peer(inputs).numpy()
-        data = embeddings_response(result.astype(np.float32), payload.get("encoding_format", "float"), "peer", 0)
-        return Response(data, media_type="application/json")
+        with lock:  # one request at a time
+            result = peer.encode(inputs) if isinstance(inputs[0], str) else peer(inputs).numpy()
+        return embeddings_response(result.astype(np.float32), payload.get("encoding_format", "float"), "peer", 0)
 
-    @app.get("/health")
-    def health() -> dict:
-        return {"status": "ok"}
+    async def embeddings(request: Request) -> Response:  # the model runs on the thread pool, off the event loop
+        return Response(await run_in_threadpool(embed, await request.json()), media_type="application/json")
 
-    return app
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    return Starlette(routes=[Route("/v1/embeddings", embeddings, methods=["POST"]),
+                             Route("/health", health, methods=["GET"])])
 
 
 def main() -> None:

@@ -132,6 +132,14 @@ def test_bad_requests_get_a_json_error_and_the_server_goes_on(served, payload, s
     assert vectors(embed(served.url, input="still serving")).shape == (1, 384)
 
 
+def test_unknown_paths_and_methods_get_a_json_error(served):
+    missing = httpx.post(served.url + "/v1/embedding", json={"input": "x"})
+    assert missing.status_code == 404
+    assert missing.json()["error"]["message"] == "POST /v1/embedding is not an endpoint of this server"
+    wrong = httpx.get(served.url + "/v1/embeddings")
+    assert wrong.status_code == 405 and wrong.json()["error"]["message"] == "/v1/embeddings does not take GET"
+
+
 def test_search_returns_ids_scores_and_kept_columns(served):
     response = httpx.post(served.url + "/v1/search", json={"query": served.docs[3], "k": 5}, timeout=60)
     assert response.status_code == 200, response.text
