@@ -30,6 +30,7 @@ import socket
 import sys
 import threading
 import time
+import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from multiprocessing.connection import Connection
@@ -61,7 +62,14 @@ class FrontBridge:
     def _run(self) -> None:
         try:
             while True:
-                self._handle(*self.connection.recv())
+                message = self.connection.recv()
+                try:
+                    self._handle(*message)
+                except Exception as error:  # noqa: BLE001 - that request fails; this HTTP process goes on
+                    if message[0] in ("embed", "search", "metrics"):
+                        self._reply(message[1], error)
+                    else:
+                        traceback.print_exc()
         except (EOFError, OSError):  # the HTTP process is gone
             pass
         with self._jobs_lock:
