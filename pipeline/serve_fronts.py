@@ -40,7 +40,7 @@ import numpy as np
 import uvicorn
 
 from .serve import SWITCH_INTERVAL_S, DrainingUvicorn, EmbedServer, LocalBackend, ServeConfig, ServedModel, create_app
-from .serve_scheduler import Job, SchedulerClosed, settle_in_loop
+from .serve_scheduler import Job, SchedulerClosed, settle, settle_in_loop
 from .tokenizer_pool import exit_description, exit_when_parent_dies
 
 FLUSH_S = 0.02  # how often an HTTP process sends its metric updates (one message, not three per request)
@@ -137,7 +137,7 @@ def serve_with_fronts(config: ServeConfig, model: ServedModel, backend: LocalBac
     backend.start()
     searches = ThreadPoolExecutor(config.tokenizer_threads, thread_name_prefix="embedpipe-search")
     context = multiprocessing.get_context("spawn")  # this process has torch (and CUDA) loaded: no fork
-    fronts, bridges = [], []
+    fronts = []
     for number in range(config.http_workers):
         here, there = context.Pipe(duplex=True)
         process = context.Process(target=front_main, args=(config, model, listeners[number], there),
@@ -145,7 +145,7 @@ def serve_with_fronts(config: ServeConfig, model: ServedModel, backend: LocalBac
         process.start()
         there.close()
         fronts.append(process)
-        bridges.append(FrontBridge(here, backend, searches))
+        FrontBridge(here, backend, searches)  # serves on its own thread
     stop = threading.Event()
 
     def on_signal(*_) -> None:  # at once: each HTTP process refuses new requests (503) and finishes its own
@@ -246,7 +246,7 @@ class RemoteBackend:
         """A round trip, from a pool thread: the engine process's answer, or its error raised here."""
         rid = next(self._ids)
         answer: Future = Future()
-        self._waiting[rid] = partial(_settle, answer)
+        self._waiting[rid] = partial(settle, answer)
         self.send(kind, rid, *args)
         return answer.result()
 
@@ -263,13 +263,6 @@ class RemoteBackend:
         except (EOFError, OSError):  # the engine process is gone (this process exits with it)
             for settle in list(self._waiting.values()):
                 settle(SchedulerClosed("the engine process is gone"))
-
-
-def _settle(future: Future, result) -> None:
-    if isinstance(result, Exception):
-        future.set_exception(result)
-    else:
-        future.set_result(result)
 
 
 class RemoteMetrics:

@@ -10,6 +10,7 @@ TEI's infer.rs), and completes each job once its last row is back.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 import time
 from collections import deque
@@ -183,12 +184,13 @@ class Scheduler:
 
 def settle_in_loop(loop: asyncio.AbstractEventLoop, future: asyncio.Future, result) -> None:
     try:
-        loop.call_soon_threadsafe(_settle, future, result)
+        loop.call_soon_threadsafe(settle, future, result)
     except RuntimeError:
         pass  # the loop is closed: nobody waits for this job any more
 
 
-def _settle(future: asyncio.Future, result) -> None:
+def settle(future: asyncio.Future | concurrent.futures.Future, result) -> None:
+    """Gives the future its result, or raises `result` in it when it is an exception (once; later calls do nothing)."""
     if future.done():
         return
     if isinstance(result, Exception):
