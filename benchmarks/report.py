@@ -61,66 +61,63 @@ def _best_peer(row: dict) -> float:
     return min(row[p]["p50"] for p in PEERS if p in row)
 
 
-def _latency_table(models: dict) -> list[str]:
-    lines = ["## 1. Low-latency embedding (batch 1, pre-tokenised, ms)", "",
-             "weights/bandwidth: the time to read the weights once at the measured copy bandwidth, over p50.", "",
-             "| model | tokens | variant | p50 | p90 | p99 | max | p50 vs faster peer | weights/bandwidth |",
-             "|---|---|---|---|---|---|---|---|---|"]
+def _suite_table(intro: list[str], columns: list[str], models: dict, suite: str, cells) -> list[str]:
+    """A table of one suite: a row per model, size and variant (`cells(result, size, row, variant, s)` gives the
+    cells after the model's); a size the model skipped gets one row saying why."""
+    lines = [*intro, "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for model, r in models.items():
-        for tokens, row in r.get("latency", {}).items():
+        for size, row in r.get(suite, {}).items():
             if "skipped" in row:
-                lines.append(f"| {model} | {tokens} | - | {row['skipped']} | | | | | |")
+                lines.append(f"| {model} | {size} | - | {row['skipped']} |" + " |" * (len(columns) - 4))
                 continue
             for variant, s in row.items():
-                lines.append(f"| {model} | {tokens} | {variant} | {s['p50']:.3f} | {s['p90']:.3f} | {s['p99']:.3f} | "
-                             f"{s['max']:.3f} | {_ratio(_best_peer(row), s['p50'])} | "
-                             f"{s['weight_bandwidth_fraction']:.1%} |")
+                lines.append("| " + " | ".join([model, *cells(r, size, row, variant, s)]) + " |")
     return lines + [""]
+
+
+def _latency_table(models: dict) -> list[str]:
+    return _suite_table(
+        ["## 1. Low-latency embedding (batch 1, pre-tokenised, ms)", "",
+         "weights/bandwidth: the time to read the weights once at the measured copy bandwidth, over p50.", ""],
+        ["model", "tokens", "variant", "p50", "p90", "p99", "max", "p50 vs faster peer", "weights/bandwidth"],
+        models, "latency",
+        lambda r, tokens, row, variant, s: [tokens, variant, f"{s['p50']:.3f}", f"{s['p90']:.3f}", f"{s['p99']:.3f}",
+                                            f"{s['max']:.3f}", _ratio(_best_peer(row), s["p50"]),
+                                            f"{s['weight_bandwidth_fraction']:.1%}"])
 
 
 def _scoring_table(models: dict) -> list[str]:
-    lines = ["## 2. Low-latency scoring (batches of N sequences, pre-tokenised, ms)", "",
-             "| model | sequences x tokens | variant | p50 | p90 | p99 | max | p50 vs faster peer | MFU |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for model, r in models.items():
-        for seqs, row in r.get("scoring", {}).items():
-            for variant, s in row.items():
-                lines.append(f"| {model} | {seqs} x {r['scoring_tokens']} | {variant} | {s['p50']:.2f} | {s['p90']:.2f} | "
-                             f"{s['p99']:.2f} | {s['max']:.2f} | {_ratio(_best_peer(row), s['p50'])} | {s['mfu']:.1%} |")
-    return lines + [""]
+    return _suite_table(
+        ["## 2. Low-latency scoring (batches of N sequences, pre-tokenised, ms)", ""],
+        ["model", "sequences x tokens", "variant", "p50", "p90", "p99", "max", "p50 vs faster peer", "MFU"],
+        models, "scoring",
+        lambda r, seqs, row, variant, s: [f"{seqs} x {r['scoring_tokens']}", variant, f"{s['p50']:.2f}",
+                                          f"{s['p90']:.2f}", f"{s['p99']:.2f}", f"{s['max']:.2f}",
+                                          _ratio(_best_peer(row), s["p50"]), f"{s['mfu']:.1%}"])
 
 
 def _throughput_table(models: dict) -> list[str]:
-    lines = ["## 3. High throughput over HTTP (requests of 100 pre-tokenised sequences, 4 client processes)", "",
-             "| model | tokens | server | embeddings/s | tokens/s | vs peer | MFU | request p50 ms |",
-             "|---|---|---|---|---|---|---|---|"]
-    for model, r in models.items():
-        for tokens, row in r.get("throughput", {}).items():
-            if "skipped" in row:
-                lines.append(f"| {model} | {tokens} | - | {row['skipped']} | | | | |")
-                continue
-            for server, s in row.items():
-                lines.append(f"| {model} | {tokens} | {server} | {s['embeddings_per_s']:,.0f} | {s['tokens_per_s']:,.0f} | "
-                             f"{_ratio(s['embeddings_per_s'], row['peer']['embeddings_per_s'])} | {s['mfu']:.1%} | "
-                             f"{s['request_p50']:.1f} |")
-    return lines + [""]
+    return _suite_table(
+        ["## 3. High throughput over HTTP (requests of 100 pre-tokenised sequences, 4 client processes)", ""],
+        ["model", "tokens", "server", "embeddings/s", "tokens/s", "vs peer", "MFU", "request p50 ms"],
+        models, "throughput",
+        lambda r, tokens, row, server, s: [tokens, server, f"{s['embeddings_per_s']:,.0f}", f"{s['tokens_per_s']:,.0f}",
+                                           _ratio(s["embeddings_per_s"], row["peer"]["embeddings_per_s"]),
+                                           f"{s['mfu']:.1%}", f"{s['request_p50']:.1f}"])
 
 
 def _concurrency_table(models: dict) -> list[str]:
     workers = sorted({r.get("http_workers", 1) for r in models.values() if r.get("concurrency")})
-    lines = ["## 4. Concurrency over HTTP (closed-loop clients, one text each, tokenised in the server, ms)", "",
-             f"ours: `embedpipe serve --http-workers {'/'.join(map(str, workers))}` (HTTP processes in front of the "
-             "engine process); the peer answers one request at a time.", "",
-             "| model | clients | server | p50 | p90 | p99 | max | requests/s | vs peer | mean batch |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for model, r in models.items():
-        for clients, row in r.get("concurrency", {}).items():
-            for server, s in row.items():
-                batch = f"{s['mean_batch_sequences']:.1f}" if "mean_batch_sequences" in s else "-"
-                lines.append(f"| {model} | {clients} | {server} | {s['p50']:.2f} | {s['p90']:.2f} | {s['p99']:.2f} | "
-                             f"{s['max']:.2f} | {s['requests_per_s']:,.1f} | "
-                             f"{_ratio(s['requests_per_s'], row['peer']['requests_per_s'])} | {batch} |")
-    return lines + [""]
+    return _suite_table(
+        ["## 4. Concurrency over HTTP (closed-loop clients, one text each, tokenised in the server, ms)", "",
+         f"ours: `embedpipe serve --http-workers {'/'.join(map(str, workers))}` (HTTP processes in front of the "
+         "engine process); the peer answers one request at a time.", ""],
+        ["model", "clients", "server", "p50", "p90", "p99", "max", "requests/s", "vs peer", "mean batch"],
+        models, "concurrency",
+        lambda r, clients, row, server, s: [
+            clients, server, f"{s['p50']:.2f}", f"{s['p90']:.2f}", f"{s['p99']:.2f}", f"{s['max']:.2f}",
+            f"{s['requests_per_s']:,.1f}", _ratio(s["requests_per_s"], row["peer"]["requests_per_s"]),
+            f"{s['mean_batch_sequences']:.1f}" if "mean_batch_sequences" in s else "-"])
 
 
 def _indexing_table(models: dict) -> list[str]:
