@@ -57,8 +57,9 @@ def wait_for_units(process: psutil.Popen, output: Path, num_done: int, timeout: 
         time.sleep(0.02)
 
 
-def tokenizer_workers(process: psutil.Popen) -> list[psutil.Process]:
-    return [child for child in process.children() if "spawn_main" in " ".join(child.cmdline())]
+def spawned_children(pid: int) -> list[psutil.Process]:
+    """The processes `pid` started with multiprocessing's spawn (workers, engines; not its resource tracker)."""
+    return [child for child in psutil.Process(pid).children() if "spawn_main" in " ".join(child.cmdline())]
 
 
 def assert_consistent(output: Path) -> dict:

@@ -9,7 +9,6 @@ import subprocess
 import time
 from pathlib import Path
 
-import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -23,6 +22,7 @@ from embedpipe.pipeline.config import ConfigError, DeviceSpec, IndexOptions, job
 from embedpipe.pipeline.batcher import BatchStats
 from embedpipe.pipeline.manifest import completed_units
 from embedpipe.pipeline.run_report import EngineReport, run_metrics
+from processes import spawned_children
 
 UNIT_OPTIONS = ["--rows-per-unit", "50", "--quiet"]
 CONFIGS = Path(__file__).parent.parent / "configs"
@@ -130,12 +130,6 @@ def test_two_cpu_engines_write_what_one_engine_writes(tmp_path, corpus, tiny_mod
     assert (metrics["rows"], metrics["rejected_rows"], metrics["index"]["num_rows"]) == (602, 3, 602)
 
 
-def engine_processes(parent_pid: int) -> list[psutil.Process]:
-    """The spawned engine processes of an `index` process (not multiprocessing's resource tracker)."""
-    return [child for child in psutil.Process(parent_pid).children()
-            if any("spawn_main" in part for part in child.cmdline())]
-
-
 @pytest.mark.slow
 def test_a_dead_engine_stops_the_job_and_the_rerun_completes_it(tmp_path, tiny_model):
     write_corpus(tmp_path / "in", variant_texts(3000), num_files=2, row_group_size=50)
@@ -144,7 +138,7 @@ def test_a_dead_engine_stops_the_job_and_the_rerun_completes_it(tmp_path, tiny_m
     manifest, deadline = tmp_path / "out" / "manifest", time.monotonic() + 120
     while not (manifest.is_dir() and len(os.listdir(manifest)) >= 3) and time.monotonic() < deadline:
         time.sleep(0.02)
-    engines = engine_processes(process.pid)
+    engines = spawned_children(process.pid)  # the engine processes
     assert process.poll() is None and len(engines) == 2, "the job ended before an engine could be killed"
     engines[0].send_signal(signal.SIGKILL)
     _, stderr = process.communicate(timeout=120)  # the parent notices; no hang

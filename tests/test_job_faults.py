@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from conftest import cosine
 from corpus import read_embeddings, variant_texts, vectors_of, write_corpus
 from embedpipe.cli.main import app
-from processes import (assert_consistent, num_records, run_fast, start_index, tokenizer_workers, wait_for_units,
+from processes import (assert_consistent, num_records, run_fast, start_index, spawned_children, wait_for_units,
                        wait_until_gone)
 
 pytestmark = pytest.mark.slow
@@ -56,7 +56,7 @@ def test_a_killed_tokenizer_worker_stops_the_job_with_its_cause(job, reference, 
     output = tmp_path / "out"
     process = start_index(inputs, "--output", output, *options, "--workers", "2")
     wait_for_units(process, output, 1)
-    workers = tokenizer_workers(process)
+    workers = spawned_children(process.pid)
     assert len(workers) == 2
     descendants = [child.pid for child in process.children(recursive=True)]
     workers[0].kill()

@@ -7,12 +7,11 @@ import threading
 import time
 
 import httpx
-import psutil
 import pytest
 
 from conftest import cosine
 from embedpipe.pipeline.embed import embed_texts, make_tokenizer
-from processes import wait_until_gone
+from processes import spawned_children, wait_until_gone
 from serve_client import ServerProcess, embed, metric, vectors
 
 pytestmark = pytest.mark.slow
@@ -99,7 +98,7 @@ def test_start_up_errors_exit_2_with_a_message(args, message):
 
 def test_a_dead_http_process_stops_the_server_with_its_cause_and_leaves_no_process(tmp_path):
     server = ServerProcess(tmp_path / "server.log", "--http-workers", "2")
-    fronts = [child for child in psutil.Process(server.proc.pid).children() if "spawn_main" in " ".join(child.cmdline())]
+    fronts = spawned_children(server.proc.pid)
     assert len(fronts) == 2
     assert vectors(embed(server.url, input="served by either")).shape == (1, 384)
     fronts[0].kill()
@@ -111,7 +110,7 @@ def test_a_dead_http_process_stops_the_server_with_its_cause_and_leaves_no_proce
 
 def test_http_processes_exit_with_a_killed_engine_process(tmp_path):
     server = ServerProcess(tmp_path / "server.log", "--http-workers", "2")
-    fronts = [child.pid for child in psutil.Process(server.proc.pid).children() if "spawn_main" in " ".join(child.cmdline())]
+    fronts = [child.pid for child in spawned_children(server.proc.pid)]
     assert len(fronts) == 2
     server.proc.kill()  # no cleanup runs in it
     assert server.proc.wait(60) == -signal.SIGKILL

@@ -85,7 +85,7 @@ DAMAGE = {
     "index ids out of order": (lambda out: pq.write_table(pq.read_table(out / "index_ids.parquet")[::-1],
                                                           out / "index_ids.parquet"),
                                ["index: index_ids.parquet does not list the embeddings' ids in order"]),
-    "no index": (lambda out: (out / "index.json").unlink(), [f"index: no index.json in"]),
+    "no index": (lambda out: (out / "index.json").unlink(), ["index: no index.json in"]),
 }
 
 
