@@ -224,7 +224,7 @@ class TokenizerPool:
             try:
                 worker.connection.send(list(texts))
             except OSError as exc:
-                raise self._failure(f"tokenizer worker died ({worker.death()})") from exc
+                raise self._died(worker) from exc
             worker.num_sent += 1
             pending.append((meta, worker))
 
@@ -244,12 +244,15 @@ class TokenizerPool:
                                                     + [w.process.sentinel for w in self._workers]))
         for worker in self._workers:
             if worker.process.sentinel in ready:
-                raise self._failure(f"tokenizer worker died ({worker.death()})")
+                raise self._died(worker)
             if worker.connection in ready:
                 try:
                     worker.replies.append(worker.connection.recv())
                 except (EOFError, OSError) as exc:
-                    raise self._failure(f"tokenizer worker died ({worker.death()})") from exc
+                    raise self._died(worker) from exc
+
+    def _died(self, worker: _Worker) -> TokenizerPoolError:
+        return self._failure(f"tokenizer worker died ({worker.death()})")
 
     def _failure(self, message: str) -> TokenizerPoolError:
         """Shuts the pool down and describes what went wrong."""
