@@ -32,10 +32,15 @@ class AttentionBackend:
     def __init__(self, spec: AttentionSpec):
         self.spec = spec
 
+    def graph_key(self, batch) -> tuple:
+        """What a forward pass captured for this batch depends on: by default the batch's bucket,
+        (padded tokens, padded sequences)."""
+        return batch.key
+
     def plan(self, cu_seqlens: torch.Tensor, num_seqs: int, graph_key=None, device_cu_seqlens=None) -> None:
         """cu_seqlens: [num_seqs_padded + 1] int32 on the host; the first num_seqs are real.
 
-        graph_key: the batch's (padded tokens, padded sequences) when it runs in a CUDA graph.
+        graph_key: the batch's `graph_key()` when it runs in a CUDA graph.
         device_cu_seqlens: the same offsets on the device (in the graph's static buffer).
         """
         raise NotImplementedError

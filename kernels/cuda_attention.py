@@ -13,6 +13,7 @@ FLASHINFER_HEAD_DIMS = (64, 128, 256)  # head_dim 32 fails in FlashInfer's prefi
 MIN_WORKSPACE_BYTES = 128 << 20
 # room for split-KV scratch, were a plan to split (up to ~10 bytes per output value on the H200)
 SPLIT_KV_BYTES_PER_VALUE = 16
+MIN_MAX_Q = 128  # the flash kernel's query block: a smaller max_q launches no fewer blocks
 
 
 class FlashInferAttention(AttentionBackend):
@@ -59,8 +60,11 @@ class FlashInferAttention(AttentionBackend):
 class TorchVarlenAttention(AttentionBackend):
     """PyTorch's flash-attention varlen kernel (aten._flash_attention_forward): any head_dim <= 256.
 
-    It reads cu_seqlens from the device; `max_seqlen` bounds the longest sequence (the padding
-    sequence included) and is baked into a captured graph.
+    It reads cu_seqlens from the device; `max_q` bounds the longest sequence (the padding
+    sequence included), sizes the kernel's grid and is baked into a captured graph. So the graph
+    key adds the longest sequence's power-of-two bucket: with the batch's token count as the bound,
+    a batch of 200 short rows launched blocks for 16,384-token sequences in every layer (Qwen3-0.6B
+    on a corpus of 20-512 token rows, H200: 4,880 rows/s replayed vs 6,843 eager).
     """
 
     def __init__(self, spec: AttentionSpec, max_seqlen: int):
@@ -69,12 +73,18 @@ class TorchVarlenAttention(AttentionBackend):
         self._cu_seqlens = None
         self._max_q = max_seqlen
 
+    def graph_key(self, batch) -> tuple[int, int, int]:
+        """(padded tokens, padded sequences, max_q): max_q a power of two >= the longest sequence, at
+        least MIN_MAX_Q, at most the model's positions and the batch's tokens."""
+        longest = _longest(batch.cu_seqlens)
+        max_q = min(max(MIN_MAX_Q, 1 << (longest - 1).bit_length()), self.max_seqlen, batch.key[0])
+        return (*batch.key, max_q)
+
     def plan(self, cu_seqlens: torch.Tensor, num_seqs: int, graph_key=None, device_cu_seqlens=None) -> None:
-        longest = int((cu_seqlens[1:] - cu_seqlens[:-1]).max())
+        longest = _longest(cu_seqlens)
         if longest > self.max_seqlen:
             raise ValueError(f"a sequence of {longest} tokens is longer than the model's {self.max_seqlen} positions")
-        # a graph keeps the max_q it was captured with: use the bound every batch of its key meets
-        self._max_q = min(int(cu_seqlens[-1]), self.max_seqlen) if graph_key is not None else longest
+        self._max_q = graph_key[2] if graph_key is not None else longest  # a graph keeps the max_q of its key
         self._cu_seqlens = device_cu_seqlens
 
     def forward(self, q, k, v):
@@ -82,6 +92,11 @@ class TorchVarlenAttention(AttentionBackend):
             q, k, v, self._cu_seqlens, self._cu_seqlens, self._max_q, self._max_q, 0.0,
             self.spec.causal, False, scale=self.spec.scale)
         return out[0]
+
+
+def _longest(cu_seqlens: torch.Tensor) -> int:
+    """The longest sequence of a batch, the padding sequence included."""
+    return int((cu_seqlens[1:] - cu_seqlens[:-1]).max())
 
 
 def make_cuda_attention(name: str, spec: AttentionSpec, device: torch.device, dtype: torch.dtype,

@@ -88,7 +88,8 @@ class CudaRunner:
             self.attn.plan(batch.cu_seqlens, batch.num_seqs, None, inputs[3 * num_tokens:])
             return self._forward(inputs, num_tokens)
 
-        out = self.graphs.run(batch.key, eager, lambda: self._capture(batch, host), lambda e: self._replay(batch, host, e))
+        key = self.attn.graph_key(batch)
+        out = self.graphs.run(key, eager, lambda: self._capture(batch, host, key), lambda e: self._replay(batch, host, key, e))
         self.staging.events[slot].record()
         return self._download(out, batch.num_seqs)
 
@@ -96,21 +97,21 @@ class CudaRunner:
         ids, positions, seq_ids = inputs[:3 * num_tokens].view(3, num_tokens)
         return self.forward(ids, positions, seq_ids, inputs[3 * num_tokens:])
 
-    def _capture(self, batch: Batch, host: torch.Tensor):
+    def _capture(self, batch: Batch, host: torch.Tensor, key: tuple):
         """Captures the forward pass for this batch's key; returns (graph, static inputs, static output)."""
         num_tokens = batch.key[0]
         inputs_buf = torch.empty_like(host, device=self.device)
         inputs_buf.copy_(host, non_blocking=True)
-        self.attn.plan(batch.cu_seqlens, batch.num_seqs, batch.key, inputs_buf[3 * num_tokens:])
+        self.attn.plan(batch.cu_seqlens, batch.num_seqs, key, inputs_buf[3 * num_tokens:])
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self.pool):
             out_buf = self._forward(inputs_buf, num_tokens)
         return graph, inputs_buf, out_buf
 
-    def _replay(self, batch: Batch, host: torch.Tensor, entry) -> torch.Tensor:
+    def _replay(self, batch: Batch, host: torch.Tensor, key: tuple, entry) -> torch.Tensor:
         graph, inputs_buf, out_buf = entry
         inputs_buf.copy_(host, non_blocking=True)
-        self.attn.plan(batch.cu_seqlens, batch.num_seqs, batch.key, inputs_buf[3 * batch.key[0]:])
+        self.attn.plan(batch.cu_seqlens, batch.num_seqs, key, inputs_buf[3 * batch.key[0]:])
         graph.replay()
         return out_buf
 

@@ -1,4 +1,5 @@
-"""Lazily captured CUDA graphs keyed by (padded tokens, padded sequences).
+"""Lazily captured CUDA graphs keyed by (padded tokens, padded sequences), plus what the
+attention backend adds (`AttentionBackend.graph_key`).
 
 The policy is device-free so it can be tested on the CPU: the first batch with a key runs
 eagerly, the second captures a graph and replays it, later ones replay. Keys beyond the largest
@@ -47,7 +48,7 @@ class GraphCache:
     seen: set = field(default_factory=set)
     counters: GraphCounters = field(default_factory=GraphCounters)
 
-    def action(self, key: tuple[int, int]) -> Action:
+    def action(self, key: tuple) -> Action:
         if key in self.entries:
             return Action.REPLAY
         capturable = (self.config.enabled and key[0] <= self.config.max_graph_tokens

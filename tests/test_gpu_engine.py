@@ -43,14 +43,20 @@ def test_random_weight_shapes_bf16_match_transformers_fp32(tmp_path, shape, bidi
     assert cosine(ours, ref).min() >= 0.999
 
 
-def _same_key_batches(rng, count, num_seqs=10, num_tokens=1000):
-    """Batches of other lengths (each within half the mean of the mean) that all pad to one key."""
-    base = num_tokens // num_seqs
-    for _ in range(count):
+def _same_key_batches(engine, rng, count, num_seqs=10, num_tokens=1000):
+    """`count` batches of other lengths (each within half the mean of the mean) that share one graph
+    key of `engine`: the most frequent key among 40 drawn."""
+    base, drawn = num_tokens // num_seqs, []
+    for _ in range(40):
         shifts = rng.integers(0, base // 2, size=num_seqs)
         lengths = base + shifts - rng.permutation(shifts)  # sums to num_seqs * base
         lengths[-1] += num_tokens - num_seqs * base + int(rng.integers(0, 24))
-        yield [rng.integers(1000, 30000, size=int(n)).tolist() for n in lengths]
+        drawn.append(pack([rng.integers(1000, 30000, size=int(n)).tolist() for n in lengths], POLICY))
+    keys = [engine.runner.attn.graph_key(b) for b in drawn]
+    common = max(set(keys), key=keys.count)
+    batches = [b for b, key in zip(drawn, keys) if key == common][:count]
+    assert len(batches) == count
+    return batches
 
 
 @pytest.mark.parametrize("num_seqs,num_tokens", [(10, 1000), (200, 16000)])  # keys (1024, 16), (16128, 256)
@@ -62,8 +68,8 @@ def test_graph_replay_equals_eager(tmp_path, model, num_seqs, num_tokens):
         model = str(tmp_path)
     engine = Engine(EngineConfig(model=model, device="cuda"))
     eager = Engine(EngineConfig(model=model, device="cuda", graphs=GraphConfig(enabled=False)))
-    batches = [pack(b, POLICY) for b in _same_key_batches(np.random.default_rng(2), 4, num_seqs, num_tokens)]
-    assert len({b.key for b in batches}) == 1
+    batches = _same_key_batches(engine, np.random.default_rng(2), 4, num_seqs, num_tokens)
+    assert len({tuple(b.cu_seqlens.tolist()) for b in batches}) == 4  # four layouts, one graph
     results = [engine.step(b).result() for b in batches]
     assert engine.counters.as_dict() == {"eager_runs": 1, "graph_captures": 1, "graph_replays": 3}
     for batch, got in zip(batches, results):
@@ -79,8 +85,7 @@ def test_flashinfer_runs_eagerly_and_matches_the_default(tmp_path, model, attent
     write_random_model(model, tmp_path)
     flashinfer = Engine(EngineConfig(model=str(tmp_path), device="cuda", attention=attention))
     default = Engine(EngineConfig(model=str(tmp_path), device="cuda"))
-    for sequences in _same_key_batches(np.random.default_rng(4), 3, 200, 16000):
-        batch = pack(sequences, POLICY)
+    for batch in _same_key_batches(default, np.random.default_rng(4), 3, 200, 16000):
         assert cosine(flashinfer.step(batch).result(), default.step(batch).result()).min() >= 0.9999
     assert flashinfer.counters.as_dict() == {"eager_runs": 3, "graph_captures": 0, "graph_replays": 0}
 

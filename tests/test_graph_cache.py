@@ -3,6 +3,8 @@ import pytest
 import torch
 
 from embedpipe.kernels.batch import BucketPolicy, pack
+from embedpipe.kernels.attention import AttentionSpec
+from embedpipe.kernels.cuda_attention import TorchVarlenAttention
 from embedpipe.kernels.cuda_runner import NUM_SLOTS, PinnedSlots
 from embedpipe.kernels.graph_cache import Action, GraphCache, GraphConfig
 from embedpipe.kernels.lazy_tensor import LazyTensor
@@ -56,6 +58,24 @@ def test_bucket_selection():
     batch = pack([[5] * 10, [6] * 70], policy)
     assert batch.key == (128, 4)
     assert batch.cu_seqlens.tolist() == [0, 10, 80, 128, 128]  # slot 2 owns the 48 padding tokens
+
+
+def test_varlen_graph_key_bounds_the_longest_sequence_by_a_power_of_two():
+    """max_q sizes the kernel's grid and is baked into a graph, so it is part of the key."""
+    attention, policy = TorchVarlenAttention(AttentionSpec(16, 8, 64, causal=True), max_seqlen=1024), BucketPolicy()
+    key = lambda lengths: attention.graph_key(pack([[1] * n for n in lengths], policy))
+    assert key([100] * 40) == (4096, 64, 128)  # not the 4,096 tokens of the batch
+    assert key([60, 20]) == (128, 4, 128)  # at least the kernel's 128-row block
+    assert key([129] + [100] * 39) == (4096, 64, 256)
+    assert key([1000, 24]) == (1024, 4, 1024)  # at most the model's positions
+    assert key([600]) == (640, 2, 640)  # at most the batch's tokens
+    # the padding sequence counts: 2,049 tokens pad to 2,304, a 255-token padding sequence
+    assert key([120] * 17 + [9]) == (2304, 32, 256)
+    for lengths in ([100] * 40, [129] + [100] * 39, [1000, 24], [600], [120] * 17 + [9]):
+        batch = pack([[1] * n for n in lengths], policy)
+        spans = (batch.cu_seqlens[1:] - batch.cu_seqlens[:-1]).max()
+        assert spans <= attention.graph_key(batch)[2]
+    assert key([100] * 40) != key([200] * 20)  # same (tokens, sequences) bucket, another graph
 
 
 class FakeEvent:
