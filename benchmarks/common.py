@@ -51,8 +51,12 @@ def percentiles(samples_ms: list[float]) -> dict[str, float]:
             "n": len(ordered)}
 
 
-def time_calls(fn, iters: int, warmup: int = 5) -> list[float]:
-    """Milliseconds per call, host-visible (each call must return its result on the host)."""
+MIN_SAMPLES = 20
+
+
+def time_calls(fn, iters: int, warmup: int = 5, max_seconds: float = float("inf")) -> list[float]:
+    """Milliseconds per call, host-visible (each call must return its result on the host): `iters`
+    calls, or fewer (at least MIN_SAMPLES) once they have taken `max_seconds`."""
     for _ in range(warmup):
         fn()
     samples = []
@@ -60,6 +64,8 @@ def time_calls(fn, iters: int, warmup: int = 5) -> list[float]:
         start = time.perf_counter()
         fn()
         samples.append((time.perf_counter() - start) * 1e3)
+        if len(samples) >= MIN_SAMPLES and sum(samples) >= max_seconds * 1e3:
+            break
     return samples
 
 

@@ -45,19 +45,20 @@ class Sizes:
     latency_tokens: tuple[int, ...] = (128, 512, 4096)
     latency_iters: int = 100  # ours; the peers are slower and get fewer
     peer_iters: int = 20
+    measure_seconds: float = 1.0  # or fewer calls (at least 20) once they took this long
     scoring_batches: tuple[int, ...] = (5, 25, 50)
     scoring_tokens: int = 512
     throughput_tokens: tuple[int, ...] = (512, 1024, 4096)
     throughput_batch: int = 100
     throughput_clients: int = 4
-    throughput_requests: int = 2  # per client, after one warm-up request
+    throughput_requests: int = 1  # per client, after one warm-up request
     concurrency: tuple[int, ...] = (1, 2, 4, 8, 16)
     concurrency_tokens: int = 512
-    concurrency_seconds: float = 2.0
+    concurrency_seconds: float = 1.5
     warmup_seconds: float = 0.5
     http_workers: int = 4  # our server's HTTP processes (`embedpipe serve --http-workers`) in suites 3 and 4
     corpus_rows: int = 10000
-    peer_rows: int = 2000  # the peers embed the first rows of the corpus
+    peer_rows: int = 1000  # the peers embed the first rows of the corpus
 
 
 QUICK = Sizes(latency_tokens=(32, 128), latency_iters=5, peer_iters=3, scoring_batches=(2, 5), scoring_tokens=64,
@@ -95,6 +96,7 @@ def bench_model(name: str, device: str, sizes: Sizes, suites: list[str], ceiling
             result.setdefault("errors", {})[suite] = "".join(traceback.format_exception(error))[-4000:]
             print(f"{name}: {suite} FAILED\n{result['errors'][suite]}", flush=True)
         result["seconds"][suite] = time.perf_counter() - start
+        print(f"{name}: {suite} took {result['seconds'][suite]:.0f} s", flush=True)
         if device.startswith("cuda"):
             torch.cuda.empty_cache()
     return result

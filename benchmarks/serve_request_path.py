@@ -43,6 +43,7 @@ def main() -> None:
         command = [sys.executable, __file__, "--serve", "--model", args.model, "--device", "cpu",
                    "--http-workers", workers]
         server = Server("null-engine server", command, Path("/tmp/embedpipe-null-server.log"), {"OMP_NUM_THREADS": "1"})
+        server.wait_healthy()
         try:
             for clients in map(int, args.clients.split(",")):
                 r = run_async(closed_loop(server.port, payloads, clients, 1.0, args.seconds))

@@ -42,16 +42,16 @@ def free_port() -> int:
 
 
 class Server:
-    """A server subprocess on a free loopback port; `stop()` sends SIGTERM and waits."""
+    """A server subprocess on a free loopback port; `wait_healthy()` polls /health, `stop()` sends
+    SIGTERM and waits."""
 
     def __init__(self, name: str, command: list[str], log: Path, env: dict | None = None):
         self.name, self.port, self.log = name, free_port(), log
         with open(log, "w") as out:
             self.proc = subprocess.Popen([*command, "--port", str(self.port)], stdout=out, stderr=subprocess.STDOUT,
                                          env={**os.environ, **(env or {})})
-        self._wait_healthy()
 
-    def _wait_healthy(self, timeout: float = 240) -> None:
+    def wait_healthy(self, timeout: float = 240) -> None:
         import urllib.request
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -79,9 +79,11 @@ def start_servers(folder: Path, device: str, logs: Path, http_workers: int) -> d
     # starve each other for hundreds of ms; passive waiting, for both servers, measures the servers instead
     env = {"OMP_WAIT_POLICY": "PASSIVE"} if device == "cpu" else {}
     servers = {}
-    try:
+    try:  # both load at once
         for name, command in commands.items():
             servers[name] = Server(name, command, logs / f"{folder.name}-{name}.log", env)
+        for server in servers.values():
+            server.wait_healthy()
     except BaseException:
         stop_servers(servers)
         raise
@@ -123,34 +125,60 @@ def agreement(servers: dict[str, Server], inputs) -> float:
     return cosine
 
 
-# ---- suite 3: client processes, each a closed loop of `requests` requests
-def throughput_client(port: int, payloads: list[bytes], requests: int, start, results) -> None:
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-    start.wait()
-    times = []
-    for i in range(requests):
-        sent = time.perf_counter()
-        post(connection, payloads[i % len(payloads)])
-        times.append((sent, time.perf_counter()))
-    results.put(times)
+# ---- suite 3: client processes, each a closed loop of `requests` requests per round
+def throughput_client(tasks, ready, start, results) -> None:
+    """One client process: per task (port, payloads, requests), connects, reports ready, waits for the
+    common start, sends its requests back to back and returns (sent, done) times; None ends it."""
+    while (task := tasks.get()) is not None:
+        port, payloads, requests = task
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        connection.connect()
+        ready.put(True)
+        start.wait()
+        times = []
+        for i in range(requests):
+            sent = time.perf_counter()
+            post(connection, payloads[i % len(payloads)])
+            times.append((sent, time.perf_counter()))
+        connection.close()
+        results.put(times)
 
 
-def throughput(server: Server, length: int, sizes, rng) -> dict:
+class ThroughputClients:
+    """`count` client processes, started once (a spawned process pays the parent's imports) and given
+    one round of requests per measurement."""
+
+    def __init__(self, count: int):
+        context = multiprocessing.get_context("spawn")
+        self.tasks = [context.Queue() for _ in range(count)]
+        self.ready, self.start, self.results = context.Queue(), context.Event(), context.Queue()
+        self.processes = [context.Process(target=throughput_client, args=(tasks, self.ready, self.start, self.results),
+                                          daemon=True) for tasks in self.tasks]
+        for process in self.processes:
+            process.start()
+
+    def round(self, port: int, payloads: list[bytes], requests: int) -> list[tuple[float, float]]:
+        for tasks in self.tasks:
+            tasks.put((port, payloads, requests))
+        for _ in self.tasks:
+            self.ready.get(timeout=300)
+        self.start.set()  # every client is connected and waiting
+        times = [t for _ in self.tasks for t in self.results.get(timeout=300)]
+        self.start.clear()  # each client has passed its wait: the next round waits again
+        return times
+
+    def close(self) -> None:
+        for tasks in self.tasks:
+            tasks.put(None)
+        for process in self.processes:
+            process.join(30)
+
+
+def throughput(server: Server, clients: ThroughputClients, length: int, sizes, rng) -> dict:
     """Embeddings/s of `throughput_clients` processes sending requests of `throughput_batch` sequences."""
     payloads = [body(random_sequences(rng, sizes.throughput_batch, length)) for _ in range(2)]
     post(http.client.HTTPConnection("127.0.0.1", server.port, timeout=120), payloads[0])  # warm-up (graphs, JIT)
-    context = multiprocessing.get_context("spawn")
-    start, results = context.Event(), context.Queue()
-    clients = [context.Process(target=throughput_client,
-                               args=(server.port, payloads, sizes.throughput_requests, start, results))
-               for _ in range(sizes.throughput_clients)]
-    for client in clients:
-        client.start()
-    time.sleep(0.5)  # let every client connect before the start
-    start.set()
-    times = [t for _ in clients for t in results.get(timeout=300)]
-    for client in clients:
-        client.join()
+    times = clients.round(server.port, payloads, sizes.throughput_requests)
     elapsed = max(done for _, done in times) - min(sent for sent, _ in times)
     embeddings = len(times) * sizes.throughput_batch
     return {"embeddings_per_s": embeddings / elapsed, "tokens_per_s": embeddings * length / elapsed,
@@ -243,29 +271,44 @@ def run(folder: Path, device: str, sizes, work: Path, max_tokens: int, flops_per
     rng = np.random.default_rng(1)
     texts = texts_of(folder, 64, sizes.concurrency_tokens)
     text_payloads = [body(t) for t in texts]
-    servers = start_servers(folder, device, work, sizes.http_workers)
+    clients = ThroughputClients(sizes.throughput_clients)  # they start while the servers load
+    try:
+        start = time.perf_counter()
+        servers = start_servers(folder, device, work, sizes.http_workers)
+        print(f"  servers up in {time.perf_counter() - start:.1f} s", flush=True)
+        try:
+            return measure(servers, clients, text_payloads, texts, sizes, rng, max_tokens, flops_per_token, ceiling)
+        finally:
+            start = time.perf_counter()
+            stop_servers(servers)
+            print(f"  servers stopped in {time.perf_counter() - start:.1f} s", flush=True)
+    finally:
+        clients.close()
+
+
+def measure(servers: dict[str, Server], clients: ThroughputClients, text_payloads: list[bytes], texts: list[str],
+            sizes, rng, max_tokens: int, flops_per_token: int, ceiling: dict) -> dict:
     result = {"throughput": {}, "concurrency": {}, "concurrency_tokens": min(sizes.concurrency_tokens, max_tokens),
               "http_workers": sizes.http_workers}
-    try:
-        result["http_agreement"] = {"texts": agreement(servers, texts[:4]),
-                               "token_ids": agreement(servers, random_sequences(rng, 4, min(128, max_tokens)))}
-        for length in sizes.throughput_tokens:
-            if length > max_tokens:
-                result["throughput"][str(length)] = {"skipped": f"longer than the model's {max_tokens} positions"}
-                continue
-            row = result["throughput"][str(length)] = {}
-            for name, server in servers.items():
-                row[name] = r = throughput(server, length, sizes, rng)
-                r["mfu"] = r["tokens_per_s"] * flops_per_token / (ceiling["matmul_tflops"] * 1e12)
-                print(f"  throughput {length:5d} tokens  {name:5s} {r['embeddings_per_s']:10.1f} embeddings/s", flush=True)
-        for clients in sizes.concurrency:
-            row = result["concurrency"][str(clients)] = {}
-            for name, server in servers.items():
-                row[name] = r = concurrency(server, text_payloads, clients, sizes)
-                print(f"  concurrency {clients:2d}  {name:5s} p50 {r['p50']:8.2f} ms  {r['requests_per_s']:8.1f} req/s",
-                      flush=True)
-    finally:
-        stop_servers(servers)
+    result["http_agreement"] = {"texts": agreement(servers, texts[:4]),
+                                "token_ids": agreement(servers, random_sequences(rng, 4, min(128, max_tokens)))}
+    for length in sizes.throughput_tokens:
+        if length > max_tokens:
+            result["throughput"][str(length)] = {"skipped": f"longer than the model's {max_tokens} positions"}
+            continue
+        row = result["throughput"][str(length)] = {}
+        for name, server in servers.items():
+            start = time.perf_counter()
+            row[name] = r = throughput(server, clients, length, sizes, rng)
+            r["mfu"] = r["tokens_per_s"] * flops_per_token / (ceiling["matmul_tflops"] * 1e12)
+            print(f"  throughput {length:5d} tokens  {name:5s} {r['embeddings_per_s']:10.1f} embeddings/s"
+                  f"  ({time.perf_counter() - start:.1f} s)", flush=True)
+    for count in sizes.concurrency:
+        row = result["concurrency"][str(count)] = {}
+        for name, server in servers.items():
+            row[name] = r = concurrency(server, text_payloads, count, sizes)
+            print(f"  concurrency {count:2d}  {name:5s} p50 {r['p50']:8.2f} ms  {r['requests_per_s']:8.1f} req/s",
+                  flush=True)
     return result
 
 

@@ -140,16 +140,18 @@ def engine_variants(folder: Path, device: str, sequences: list[list[int]], budge
     cuda = device.startswith("cuda")
     num_tokens = sum(map(len, sequences))
     ragged, padded = ragged_batches(sequences, budget), padded_batches(sequences, budget)
-    runs = {"ours": ("graphs", ragged, 2), "ours-no-double-buffer": ("graphs", ragged, 1),
-            "ours-padded": ("graphs", padded, 2)}
+    # name: (engine, batches, batches in flight, warm-up passes: on CUDA the second hit of a key captures
+    # its graph; no double-buffering runs the batches, and so the graphs, of "ours")
+    runs = {"ours": ("graphs", ragged, 2, 2 if cuda else 1), "ours-no-double-buffer": ("graphs", ragged, 1, 0),
+            "ours-padded": ("graphs", padded, 2, 2 if cuda else 1)}
     if cuda:
-        runs["ours-no-graphs"] = ("eager", ragged, 2)
+        runs["ours-no-graphs"] = ("eager", ragged, 2, 1)
     engines = {"graphs": Engine(EngineConfig(model=str(folder), device=device))}
     if cuda:
         engines["eager"] = Engine(EngineConfig(model=str(folder), device=device, graphs=GraphConfig(enabled=False)))
     result = {}
-    for name, (kind, batches, in_flight) in runs.items():
-        for _ in range(2 if cuda else 1):  # warm-up; on CUDA the second hit of a bucket captures its graph
+    for name, (kind, batches, in_flight, warmups) in runs.items():
+        for _ in range(warmups):
             stream(engines[kind], batches[:64 if cuda else 1], in_flight)
         seconds = stream(engines[kind], batches, in_flight)
         result[name] = {"seconds": seconds, "embeddings_per_s": len(sequences) / seconds,
@@ -188,13 +190,18 @@ def run(folder: Path, device: str, sizes, work: Path) -> dict:
     corpus = write_corpus(texts, work / f"corpus-{folder.name}.parquet")
     index = run_index(corpus, folder, work / f"index-{folder.name}", device)
     print(f"  index: {index['embeddings_per_s']:,.0f} embeddings/s, {index['tokens_per_s']:,.0f} tokens/s "
-          f"(job clock), GPU busy {index.get('gpu_busy_while_embedding', float('nan')):.0%}", flush=True)
+          f"(job clock), GPU busy {index.get('gpu_busy_while_embedding', float('nan')):.0%}, "
+          f"{index['wall_s']:.1f} s with start-up", flush=True)
     budget = 16384 if device.startswith("cuda") else CPU_BATCH_TOKENS
     model = read_model_folder(str(folder))
     sequences, _ = TextTokenizer(model.tokenizer_file, model.max_seq_length, model.prompt(None)).encode(texts)
+    start = time.perf_counter()
     ours = engine_variants(folder, device, sequences, budget)
+    print(f"  engine variants: {time.perf_counter() - start:.1f} s", flush=True)
     rows = min(sizes.peer_rows, len(texts))
+    start = time.perf_counter()
     peer, peer_vectors = peers(folder, device, model.pooling, texts[:rows], sequences[:rows])
+    print(f"  peers: {time.perf_counter() - start:.1f} s", flush=True)
     written = written_vectors(work / f"index-{folder.name}", rows)
     agreement = {name: min_cosine(written, vectors) for name, vectors in peer_vectors.items()}
     for name, cosine in agreement.items():

@@ -40,8 +40,8 @@ def check_agreement(ours: Engine, peers: list, sequences: list[list[int]]) -> di
     return agreement
 
 
-def measure(calls: dict, iters: dict) -> dict:
-    return {name: percentiles(time_calls(call, iters[name])) for name, call in calls.items()}
+def measure(calls: dict, iters: dict, max_seconds: float) -> dict:
+    return {name: percentiles(time_calls(call, iters[name], max_seconds=max_seconds)) for name, call in calls.items()}
 
 
 def run(folder, device: str, sizes, ceiling: dict, weight_bytes: int, flops_per_token: int) -> dict:
@@ -59,7 +59,7 @@ def run(folder, device: str, sizes, ceiling: dict, weight_bytes: int, flops_per_
             continue
         one = random_sequences(rng, 1, length)
         calls = {**{n: ours_call(e, one) for n, e in ours.items()}, **{p.name: (lambda p=p: p(one)) for p in peers}}
-        row = measure(calls, iters)
+        row = measure(calls, iters, sizes.measure_seconds)
         for name, stats in row.items():
             stats["weight_bandwidth_fraction"] = bandwidth_ms / stats["p50"]
         if device.startswith("cuda"):
@@ -68,7 +68,7 @@ def run(folder, device: str, sizes, ceiling: dict, weight_bytes: int, flops_per_
     for num_seqs in sizes.scoring_batches:
         batch = random_sequences(rng, num_seqs, min(sizes.scoring_tokens, limit))
         calls = {**{n: ours_call(e, batch) for n, e in ours.items()}, **{p.name: (lambda p=p: p(batch)) for p in peers}}
-        row = measure(calls, iters)
+        row = measure(calls, iters, sizes.measure_seconds)
         tokens = num_seqs * len(batch[0])
         for name, stats in row.items():
             stats["mfu"] = tokens * flops_per_token / (stats["p50"] / 1e3) / (ceiling["matmul_tflops"] * 1e12)
