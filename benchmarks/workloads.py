@@ -10,11 +10,11 @@ CORPUS_SIGMA = 0.8
 CORPUS_RANGE = (20, 512)
 
 
-def vocabulary_words(folder: Path) -> tuple[object, list[str]]:
+def vocabulary_words(folder: Path) -> tuple[object, np.ndarray]:
     from tokenizers import Tokenizer
     tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
     words = sorted(w for w in tokenizer.get_vocab() if w.isalpha() and w.isascii() and len(w) > 2)
-    return tokenizer, words
+    return tokenizer, np.array(words)  # an array: rng.choice would convert a list on every call
 
 
 def texts_of_lengths(folder: Path, lengths: list[int], seed: int = 0) -> list[str]:
@@ -22,11 +22,10 @@ def texts_of_lengths(folder: Path, lengths: list[int], seed: int = 0) -> list[st
     (special tokens included for a BERT-style tokenizer)."""
     tokenizer, words = vocabulary_words(folder)
     rng = np.random.default_rng(seed)
-    texts = []
-    for length in lengths:
-        ids = tokenizer.encode(" ".join(rng.choice(words, size=length).tolist()), add_special_tokens=False).ids
-        texts.append(tokenizer.decode(ids[: max(1, length - 2)]))  # room for [CLS] and [SEP]
-    return texts
+    drafts = [" ".join(rng.choice(words, size=length).tolist()) for length in lengths]
+    encodings = tokenizer.encode_batch(drafts, add_special_tokens=False)
+    # room for [CLS] and [SEP]
+    return tokenizer.decode_batch([e.ids[: max(1, length - 2)] for e, length in zip(encodings, lengths)])
 
 
 def texts_of(folder: Path, num_texts: int, num_tokens: int, seed: int = 0) -> list[str]:

@@ -30,7 +30,11 @@ def serve(model: str = MODEL,
           http_workers: int = typer.Option(
               1, "--http-workers",
               help="HTTP processes in front of the one engine process (1: HTTP in the engine process). "
-                   "One process answers up to ~1-2k requests/s; give a busy GPU server more.")):
+                   "One process answers up to ~1-2k requests/s; give a busy GPU server more."),
+          max_in_flight: int = typer.Option(
+              2, "--max-in-flight",
+              help="Engine batches queued on the device at once: 2 packs the next batch while the device runs "
+                   "one; 1 lets more requests gather into each batch.")):
     """Serve OpenAI-compatible /v1/embeddings (and /v1/search with --index) over HTTP."""
     from embedpipe.kernels.engine import EngineConfig
     from embedpipe.pipeline.batcher import BatcherConfig
@@ -46,7 +50,8 @@ def serve(model: str = MODEL,
                              max_inputs=max_inputs, max_input_tokens=max_input_tokens, truncate=truncate,
                              max_queue=max_queue, request_timeout=request_timeout,
                              batching=BatcherConfig(max_batch_tokens=max_batch_tokens),
-                             tokenizer_threads=tokenizer_threads, http_workers=http_workers)
+                             tokenizer_threads=tokenizer_threads, http_workers=http_workers,
+                             max_in_flight=max_in_flight)
     except ValueError as e:
         fail(str(e))
     run_server(config)

@@ -42,7 +42,7 @@ from .query import query_prompt_name
 from .serve_metrics import Metrics
 from .serve_protocol import (ApiError, Limits, check_lengths, dumps, embeddings_response, parse_embeddings,
                              parse_search, search_response, shorten)
-from .serve_scheduler import Scheduler, SchedulerClosed
+from .serve_scheduler import MAX_IN_FLIGHT, Scheduler, SchedulerClosed
 from .tokenizer import TextTokenizer
 
 JSON = "application/json"
@@ -64,9 +64,10 @@ class ServeConfig:
     batching: BatcherConfig = field(default_factory=BatcherConfig)
     tokenizer_threads: int = 4  # per HTTP process
     http_workers: int = 1  # HTTP processes; 1: the HTTP server runs in the engine process
+    max_in_flight: int = MAX_IN_FLIGHT  # engine batches queued on the device at once
 
     def __post_init__(self):
-        for name in ("max_inputs", "max_queue", "tokenizer_threads", "http_workers"):
+        for name in ("max_inputs", "max_queue", "tokenizer_threads", "http_workers", "max_in_flight"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
         if self.max_input_tokens is not None and self.max_input_tokens < 1:
@@ -94,13 +95,13 @@ class ServedModel:
 class LocalBackend:
     """The engine (on its scheduler's thread), the index and the metrics, in this process."""
 
-    def __init__(self, engine: Engine, index, batching: BatcherConfig):
-        self.engine, self.index, self.batching = engine, index, batching
+    def __init__(self, engine: Engine, index, batching: BatcherConfig, max_in_flight: int = MAX_IN_FLIGHT):
+        self.engine, self.index, self.batching, self.max_in_flight = engine, index, batching, max_in_flight
         self.metrics = Metrics(engine)
         self.scheduler: Scheduler | None = None
 
     def start(self) -> None:
-        self.scheduler = Scheduler(self.engine, self.batching, self.metrics.on_batch)
+        self.scheduler = Scheduler(self.engine, self.batching, self.metrics.on_batch, self.max_in_flight)
 
     def close(self) -> None:
         """Finishes every queued job and stops the engine thread."""
@@ -119,7 +120,8 @@ class LocalBackend:
 
 def local_server(config: ServeConfig, engine: Engine, index=None) -> EmbedServer:
     """The app's state around an engine in this process."""
-    return EmbedServer(config, ServedModel.of(config, engine, index), LocalBackend(engine, index, config.batching))
+    return EmbedServer(config, ServedModel.of(config, engine, index), LocalBackend(engine, index, config.batching,
+                                                                           config.max_in_flight))
 
 
 class EmbedServer:

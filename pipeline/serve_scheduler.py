@@ -4,7 +4,7 @@ The event loop calls `submit()` (never blocks) and awaits the job's future; othe
 `submit_with()` and get the result through a callback (the HTTP front processes' bridges,
 serve_fronts.py). One engine thread owns the Engine: it moves queued sequences into a TokenBudgetBatcher one batch ahead, so a
 large request is cut into chunks that share batches with the requests behind it, keeps up to
-two batches in flight (the CPU packs and launches batch N+1 while the device runs batch N,
+`max_in_flight` batches in flight (2 by default: the CPU packs and launches batch N+1 while the device runs batch N,
 TEI's infer.rs), and completes each job once its last row is back.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ import numpy as np
 from embedpipe.kernels.batch import Batch
 from .batcher import BatcherConfig, TokenBudgetBatcher
 
-MAX_IN_FLIGHT = 2
+MAX_IN_FLIGHT = 2  # the default: the CPU packs and launches batch N+1 while the device runs batch N
 POLL_S = 100e-6  # with a batch in flight and nothing to launch: how often to look for news
 
 
@@ -66,8 +66,8 @@ class Scheduler:
     """Owns an Engine on one thread; `submit(sequences)` from the event loop returns a Job to await."""
 
     def __init__(self, engine, batching: BatcherConfig = BatcherConfig(),
-                 on_batch: Callable[[Batch, list[float]], None] | None = None):
-        self.engine, self.batching = engine, batching
+                 on_batch: Callable[[Batch, list[float]], None] | None = None, max_in_flight: int = MAX_IN_FLIGHT):
+        self.engine, self.batching, self.max_in_flight = engine, batching, max_in_flight
         self.on_batch = on_batch  # (batch, queue seconds of the jobs it starts), on the engine thread
         self._batcher = TokenBudgetBatcher(batching)
         self._tokens_batched = 0  # real tokens in the batcher
@@ -107,11 +107,11 @@ class Scheduler:
             while in_flight and in_flight[0].handle.done():
                 self._finish(in_flight.popleft())
             self._fill()
-            batch = self._next_batch() if len(in_flight) < MAX_IN_FLIGHT else None
+            batch = self._next_batch() if len(in_flight) < self.max_in_flight else None
             if batch is not None:
                 self._launch(batch, in_flight)
-            elif len(in_flight) == MAX_IN_FLIGHT:
-                self._finish(in_flight.popleft())  # both slots busy: wait for the oldest
+            elif len(in_flight) == self.max_in_flight:
+                self._finish(in_flight.popleft())  # every slot busy: wait for the oldest
             elif in_flight:
                 self._sleep(POLL_S)
             elif self._closing and not self._inbox:

@@ -171,3 +171,63 @@ def test_two_batches_in_flight_while_the_device_is_busy(minilm):
     assert engine.max_outstanding == 2  # launched ahead, but never more than two
     for ids, got in zip(jobs_ids, results):
         assert cosine(got, embed_token_ids(minilm, ids)).min() >= 0.9999
+
+
+class HeldHandle:
+    """A step's result that is done only once the test releases it."""
+
+    def __init__(self, rows):
+        self.rows, self.released = rows, threading.Event()
+
+    def done(self):
+        return self.released.is_set()
+
+    def result(self):
+        self.released.wait()
+        return self.rows
+
+
+class HeldEngine:
+    """The real engine, whose batches stay unfinished until released; records how many were unfinished
+    each time a batch was launched."""
+
+    def __init__(self, engine):
+        self.engine, self.handles, self.unfinished_at_launch = engine, [], []
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
+
+    def step(self, batch):
+        self.unfinished_at_launch.append(sum(not h.done() for h in self.handles))
+        self.handles.append(HeldHandle(self.engine.step(batch).result()))
+        return self.handles[-1]
+
+
+@pytest.mark.parametrize("max_in_flight", [1, 2, 3])
+def test_at_most_max_in_flight_batches_run_at_once(minilm, max_in_flight):
+    engine = HeldEngine(minilm)
+    stop = threading.Event()
+
+    def release_slowly():  # the oldest batch, once max_in_flight are unfinished (or every batch has started)
+        while not stop.is_set():
+            unfinished = [h for h in list(engine.handles) if not h.done()]
+            if unfinished and (len(unfinished) >= max_in_flight or len(engine.handles) == 12):
+                unfinished[0].released.set()
+            time.sleep(0.001)
+
+    async def main():  # one sequence per batch
+        scheduler = Scheduler(engine, BatcherConfig(max_batch_tokens=512, max_batch_seqs=1), max_in_flight=max_in_flight)
+        jobs = [scheduler.submit(sequences(1, 20, seed=i)) for i in range(12)]
+        results = await asyncio.gather(*(job.future for job in jobs))
+        scheduler.close()
+        return results
+
+    releaser = threading.Thread(target=release_slowly)
+    releaser.start()
+    try:
+        results = run(main)
+    finally:
+        stop.set()
+        releaser.join()
+    assert len(engine.handles) == 12 and all(len(r) == 1 for r in results)
+    assert max(engine.unfinished_at_launch) == max_in_flight - 1  # reached, never passed
