@@ -14,10 +14,19 @@ PEERS = ("transformers", "sentence-transformers")
 
 
 def merge(base: dict, other: dict) -> dict:
-    """`other`'s models over `base`'s, both runs listed (each with its own ceilings); the rest is `base`'s
-    (`other`'s where `base` is empty)."""
-    return {**other, **base, "models": {**base.get("models", {}), **other["models"]},
-            "runs": base.get("runs", []) + other.get("runs", [])}
+    """`other`'s suites over `base`'s, model by model (a model's suites from both runs are kept), both runs
+    listed (each with its own ceilings); the rest is `base`'s (`other`'s where `base` is empty)."""
+    models = dict(base.get("models", {}))
+    for name, entry in other["models"].items():
+        old = models.get(name, {})
+        models[name] = {**old, **entry, "seconds": {**old.get("seconds", {}), **entry.get("seconds", {})}}
+        # an error stays only for a suite that `other` did not run again
+        errors = {suite: error for suite, error in old.get("errors", {}).items() if suite not in entry.get("seconds", {})}
+        if errors := {**errors, **entry.get("errors", {})}:
+            models[name]["errors"] = errors
+        else:
+            models[name].pop("errors", None)
+    return {**other, **base, "models": models, "runs": base.get("runs", []) + other.get("runs", [])}
 
 
 def write(results: dict, folder: Path) -> None:
@@ -46,7 +55,8 @@ def markdown(results: dict) -> str:
              "", "Runs (each measured its ceilings; MFU and bandwidth fractions use the first run's):", "",
              *[f"- `{r['command']}`: {', '.join(r['models'])}, {r['seconds']:.0f} s"
                + (f"; ceilings {r['ceilings']['matmul_tflops']:.0f} TFLOP/s, {r['ceilings']['copy_tbps']:.2f} TB/s"
-                  if "ceilings" in r else "") for r in results.get("runs", [])], ""]
+                  if "ceilings" in r else "") + (f" ({r['note']})" if "note" in r else "")
+               for r in results.get("runs", [])], ""]
     models = results["models"]
     lines += _latency_table(models) + _scoring_table(models) + _throughput_table(models)
     lines += _concurrency_table(models) + _indexing_table(models) + _agreement_table(models)

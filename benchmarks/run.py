@@ -75,7 +75,8 @@ def gpu_slug() -> str:
 
 
 def bench_model(name: str, device: str, sizes: Sizes, suites: list[str], ceiling: dict, cache: Path,
-                work: Path) -> dict:
+                work: Path, after_suite) -> dict:
+    """The model's suites; `after_suite(result)` runs after each, so a killed run keeps what it measured."""
     folder = model_folder(name, cache)
     from embedpipe.kernels.model_folder import read_model_folder
     spec = read_model_folder(str(folder))
@@ -97,6 +98,7 @@ def bench_model(name: str, device: str, sizes: Sizes, suites: list[str], ceiling
             print(f"{name}: {suite} FAILED\n{result['errors'][suite]}", flush=True)
         result["seconds"][suite] = time.perf_counter() - start
         print(f"{name}: {suite} took {result['seconds'][suite]:.0f} s", flush=True)
+        after_suite(result)
         if device.startswith("cuda"):
             torch.cuda.empty_cache()
     return result
@@ -127,11 +129,12 @@ def main() -> None:
     print(json.dumps({"environment": results["environment"], "ceilings": results["ceilings"]}), flush=True)
     with tempfile.TemporaryDirectory() as work:
         for name in models:
-            entry = bench_model(name, device, sizes, suites, results["ceilings"], args.cache, Path(work))
-            results["models"][name] = entry
-            this_run = {"command": results["command"], "models": models, "suites": suites,
-                        "seconds": time.perf_counter() - start, "ceilings": results["ceilings"]}
-            report.write(report.merge(previous, {**results, "runs": [this_run]}), out)
+            def after_suite(entry, name=name):
+                results["models"][name] = entry
+                this_run = {"command": results["command"], "models": list(results["models"]), "suites": suites,
+                            "seconds": time.perf_counter() - start, "ceilings": results["ceilings"]}
+                report.write(report.merge(previous, {**results, "runs": [this_run]}), out)
+            bench_model(name, device, sizes, suites, results["ceilings"], args.cache, Path(work), after_suite)
     print((out / "results.md").read_text())
     failed = {f"{m}/{s}" for m, r in results["models"].items() for s in r.get("errors", {})}
     if failed:

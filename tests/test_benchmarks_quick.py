@@ -79,3 +79,22 @@ def test_quick_run_writes_report_and_plots(quick):
         assert heading in table
     for plot in ("latency.png", "http.png", "indexing.png"):
         assert (out / plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_merge_keeps_each_models_suites_from_both_runs():
+    sys.path.insert(0, str(RUN.parent))
+    import report
+    first = {"environment": {"date": "a"}, "runs": [{"command": "first"}],
+             "models": {"m": {"latency": {"x": 1}, "http": {"y": 1}, "seconds": {"latency": 1.0, "http": 2.0,
+                                                                             "indexing": 3.0},
+                              "errors": {"indexing": "killed"}},
+                        "n": {"latency": {"x": 2}, "seconds": {"latency": 1.0}}}}
+    second = {"environment": {"date": "b"}, "runs": [{"command": "second"}],
+              "models": {"m": {"indexing": {"z": 3}, "seconds": {"indexing": 4.0}}}}
+    merged = report.merge(first, second)
+    assert merged["models"]["m"] == {"latency": {"x": 1}, "http": {"y": 1}, "indexing": {"z": 3},
+                                     "seconds": {"latency": 1.0, "http": 2.0, "indexing": 4.0}}
+    assert merged["models"]["n"] == first["models"]["n"]
+    assert [r["command"] for r in merged["runs"]] == ["first", "second"] and merged["environment"] == {"date": "a"}
+    failed_again = {"models": {"m": {"seconds": {"http": 5.0}, "errors": {"http": "refused"}}}}
+    assert report.merge(first, failed_again)["models"]["m"]["errors"] == {"indexing": "killed", "http": "refused"}
