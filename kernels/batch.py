@@ -13,7 +13,7 @@ import torch
 class BucketPolicy:
     """Pads a batch's token and sequence counts to a small set of sizes.
 
-    The pair (padded tokens, padded sequences) is the CUDA-graph key. Token counts go up to a
+    The pair (padded tokens, padded sequences) starts the CUDA-graph key. Token counts go up to a
     multiple of `small_token_step` while the batch holds at most `large_token_threshold` tokens,
     and to a multiple of `large_token_step` above it. Sequence counts (real sequences plus one
     padding sequence that owns the padding tokens) go up to the next entry of `seq_buckets`.

@@ -2,7 +2,7 @@
 
 Follows TEI's core/src/queue.rs: check the budget before adding a sequence, leave the one
 that overflows for the next batch, cap the sequence count. The budget applies to the PADDED
-token count (the CUDA-graph key), so every batch fits the largest captured graph, except a
+token count (the first part of the CUDA-graph key), so every batch fits the largest captured graph, except a
 single sequence longer than the budget, which forms a batch of its own (run eagerly).
 """
 from __future__ import annotations
