@@ -188,7 +188,11 @@ class UnitRunner:
             return
         slot.rejected.close()
         path: Path = slot.writer.close()
-        mark_done(self.job.output, slot.unit, slot.writer.num_rows, slot.rejected.num_rows, path.name)
+        try:
+            mark_done(self.job.output, slot.unit, slot.writer.num_rows, slot.rejected.num_rows, path.name)
+        except BaseException:
+            path.unlink(missing_ok=True)  # a unit's file stays only with its record (a kill in between aside)
+            raise
         del self.slots[slot.unit.unit_id]
         self.counts.units += 1
 

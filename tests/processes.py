@@ -63,11 +63,14 @@ def spawned_children(pid: int) -> list[psutil.Process]:
 
 
 def assert_consistent(output: Path) -> dict:
-    """Each completion record's file is in place with the recorded rows; no temporary file is left."""
+    """Each completion record's file is in place with the recorded rows, no other unit file is there
+    (a partial one at its final name), and no temporary file is left."""
     done = completed_units(output)
     assert len(done) == num_records(output), "a record without its file"
     for record in done.values():
         assert pq.read_metadata(output / "embeddings" / record["file_name"]).num_rows == record["num_rows"]
+    visible = {path.name for path in (output / "embeddings").glob("[!.]*")}
+    assert visible == {record["file_name"] for record in done.values()}, "a unit file without its record"
     left = [str(path) for path in output.rglob(".*.tmp-*")]
     assert not left, f"temporary files left: {left}"
     return done

@@ -1,18 +1,27 @@
 """The same input and settings give the same embeddings: bit for bit across runs and tokenizer-worker
-counts (the batches are the same), and to cosine 0.99999 across batch budgets (other batches)."""
+counts (the batches are the same), and to cosine 0.99999 across batch budgets (other batches).
+Rows are compared as the unit files hold them, in order: reads of 7 rows make several tokenizer
+chunks per unit, whose order must not depend on which worker finishes first."""
 from __future__ import annotations
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
 from conftest import cosine
-from corpus import read_embeddings, variant_texts, vectors_of, write_corpus
+from corpus import variant_texts, vectors_of, write_corpus
 from embedpipe.cli.main import app
+
+
+def read_unit_files(output) -> pa.Table:
+    """Every unit file's rows, file by file (by name), each in its own order."""
+    return pa.concat_tables(pq.read_table(path) for path in sorted((output / "embeddings").glob("*.parquet")))
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory, tiny_model):
-    """run(workers, max_batch_tokens) -> the output's rows sorted by id."""
+    """run(workers, max_batch_tokens) -> the output's rows, unit file by unit file."""
     folder = tmp_path_factory.mktemp("determinism")
     write_corpus(folder / "in", variant_texts(150), num_files=3, row_group_size=25)
     runs = iter(range(100))
@@ -20,10 +29,10 @@ def run(tmp_path_factory, tiny_model):
     def index(workers: int, max_batch_tokens: int):
         output = folder / f"out{next(runs)}"
         options = ["--model", tiny_model, "--device", "cpu", "--quiet", "--rows-per-unit", 25, "--workers", workers,
-                   "--max-batch-tokens", max_batch_tokens]
+                   "--max-batch-tokens", max_batch_tokens, "--read-rows", 7]
         result = CliRunner().invoke(app, ["index", str(folder / "in"), "--output", str(output), *map(str, options)])
         assert result.exit_code == 0, result.output
-        return read_embeddings(output)
+        return read_unit_files(output)
     return index
 
 

@@ -126,6 +126,8 @@ def test_files_that_are_not_inputs_inside_an_input_folder(tmp_path, tiny_model):
     write(folder / "part-0.parquet", id=[1, 2], text=["one", "two"])
     (folder / "_SUCCESS").write_text("")  # what Spark leaves next to its Parquet files
     (folder / ".part-0.parquet.crc").write_bytes(b"\x00crc")
+    write(folder / ".part-1.parquet", id=[8], text=["a writer's hidden temporary"])
+    write(folder / "_part-2.parquet", id=[9], text=["Hadoop's convention: names starting with _ are not data"])
     (folder / "README.md").write_text("# not data")
     (folder / "fake.parquet").write_text("id,text\n3,three\n")  # a CSV under a Parquet name
     result = index(folder, "--output", tmp_path / "out", "--model", tiny_model)

@@ -9,6 +9,7 @@ import os
 import signal
 import time
 
+import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
@@ -86,6 +87,24 @@ def test_ctrl_c_and_sigterm_stop_cleanly_and_a_rerun_finishes(job, reference, tm
     assert "Traceback" not in stderr
     assert wait_until_gone(descendants), "orphan processes"
     assert 2 <= len(assert_consistent(output)) < 12
+    assert_resumes_to(reference, inputs, output, options)
+
+
+def test_a_killed_job_leaves_only_complete_files_and_a_rerun_clears_its_temporaries(job, reference, tmp_path):
+    """SIGKILL (the OOM killer, a lost node) runs no handler: whatever stands at a final name is complete,
+    the workers do not outlive the job, and the next run removes what the kill left half-written."""
+    inputs, options = job
+    output = tmp_path / "out"
+    process = start_index(inputs, "--output", output, *options, "--workers", "1")
+    wait_for_units(process, output, 2)
+    descendants = [child.pid for child in process.children(recursive=True)]
+    process.kill()
+    assert process.wait(timeout=30) == -signal.SIGKILL
+    assert wait_until_gone(descendants), "tokenizer workers outlived the killed job"
+    for path in (output / "embeddings").glob("[!.]*"):
+        pq.read_metadata(path)  # a file cut off by the kill would have no footer
+    for folder, name in (("embeddings", "unit.parquet"), ("manifest", "unit.json"), (".", "index.faiss")):
+        (output / folder / f".{name}.tmp-{process.pid}-x1y2").write_bytes(b"half written")  # as a kill leaves them
     assert_resumes_to(reference, inputs, output, options)
 
 

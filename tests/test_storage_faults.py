@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from corpus import index_command, read_embeddings, variant_texts, write_corpus
 from embedpipe.cli.main import app
+from embedpipe.pipeline import sinks
 from processes import FAST_ENV, assert_consistent
 
 OPTIONS = ["--device", "cpu", "--rows-per-unit", "20", "--quiet"]
@@ -39,6 +40,10 @@ def fail_on_call(original, call: int, error: BaseException, only=lambda *args: T
 
 FAULTS = {  # what fails -> (patch target, attribute, replacement maker, the file named, units done after)
     "unit file": (pq.ParquetWriter, "write_batch", lambda f: fail_on_call(f, 3, DISK_FULL), "embeddings/", 2),
+    "unit file commit": (sinks, "commit_file",  # its fsync or rename: after the last row, before the record
+                         lambda f: fail_on_call(f, 3, OSError(errno.ENOSPC, "No space left on device"),
+                                                only=lambda temporary, final: final.parent.name == "embeddings"),
+                         "embeddings/", 2),
     "manifest record": (pathlib.Path, "write_text",
                         lambda f: fail_on_call(f, 3, OSError(errno.ENOSPC, "No space left on device"),
                                                only=lambda path, *_: path.parent.name == "manifest"), "manifest/", 2),
@@ -86,6 +91,7 @@ def test_real_write_failures_from_a_file_size_limit(tmp_path, tiny_model):
         assert result.returncode == 1, result.stderr
         assert f"cannot write {tmp_path / 'out'}/{named_file}" in result.stderr and "File too large" in result.stderr
         assert len(assert_consistent(tmp_path / "out")) == num_done
+        assert not (tmp_path / "out" / "index.faiss").exists()  # no partial index at its final name
     assert subprocess.run(command, env=FAST_ENV, timeout=300).returncode == 0
     assert read_embeddings(tmp_path / "out").num_rows == 420
     assert invoke("verify", tmp_path / "out", "--input", tmp_path / "in").exit_code == 0
