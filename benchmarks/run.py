@@ -1,6 +1,6 @@
 """Every benchmark suite, against transformers and sentence-transformers in the same run.
 
-    python benchmarks/run.py                 # on the GPU: every suite and model, ~10 min on an H200
+    python benchmarks/run.py                 # on the GPU: every suite and model (H200: ~8 min from the suites' clocks)
     python benchmarks/run.py --quick         # CPU smoke run of every suite on the default model (CI)
     python benchmarks/run.py --models bert-base --suites http --out DIR
 
