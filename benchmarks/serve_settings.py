@@ -2,7 +2,7 @@
 settings, to choose the defaults: HTTP processes (--http-workers) x engine batches in flight
 (--max-in-flight). Our server only; run.py measures the peer.
 
-    python benchmarks/serve_settings.py --model bert-base --http-workers 4,8 --max-in-flight 1,2 --out DIR
+    python benchmarks/serve_settings.py --model bert-base --http-workers 4,8 --max-in-flight 1,2 [--repeats 3] --out DIR
 """
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ def main() -> None:
     parser.add_argument("--http-workers", default="4,8")
     parser.add_argument("--max-in-flight", default="1,2")
     parser.add_argument("--clients", default="1,16")
+    parser.add_argument("--repeats", type=int, default=1, help="measurements per setting and client count")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "embedpipe-bench-models")
     args = parser.parse_args()
@@ -43,9 +44,10 @@ def main() -> None:
         server = Server("ours", command, args.out / f"serve-{workers}-{in_flight}.log")
         try:
             server.wait_healthy()
-            for clients in map(int, args.clients.split(",")):
+            for clients, repeat in itertools.product(map(int, args.clients.split(",")), range(args.repeats)):
                 r = concurrency(server, payloads, clients, sizes)
-                rows.append({"http_workers": int(workers), "max_in_flight": int(in_flight), "clients": clients, **r})
+                rows.append({"http_workers": int(workers), "max_in_flight": int(in_flight), "clients": clients,
+                             "repeat": repeat, **r})
                 print(f"http-workers {workers} max-in-flight {in_flight} clients {clients:2d}: p50 {r['p50']:.2f} ms "
                       f"p99 {r['p99']:.2f} ms {r['requests_per_s']:,.0f} req/s "
                       f"batch {r.get('mean_batch_sequences', 0):.1f} queue {r.get('mean_queue_ms', 0):.2f} ms", flush=True)

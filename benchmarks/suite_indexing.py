@@ -167,16 +167,28 @@ def peers(folder: Path, device: str, pooling: str, texts: list[str], sequences: 
     start = time.perf_counter()
     st_vectors = st.encode(texts)
     st_s = time.perf_counter() - start
+    diagnostics = sentence_transformers_diagnostics(st, texts)
     del st
     hf = TransformersPeer(folder, pooling, device)
     hf(sequences[:ST_BATCH])
     start = time.perf_counter()
     hf_vectors = np.concatenate([hf(sequences[i:i + ST_BATCH]).numpy() for i in range(0, len(sequences), ST_BATCH)])
     hf_s = time.perf_counter() - start
+    diagnostics["transformers_attention"] = hf.model.config._attn_implementation
     del hf
     rate = lambda s: {"seconds": s, "embeddings_per_s": len(texts) / s, "tokens_per_s": num_tokens / s}
     return ({"sentence-transformers": rate(st_s), "transformers": rate(hf_s)},
-            {"sentence-transformers": st_vectors, "transformers": hf_vectors})
+            {"sentence-transformers": st_vectors, "transformers": hf_vectors}, diagnostics)
+
+
+def sentence_transformers_diagnostics(st: SentenceTransformersPeer, texts: list[str]) -> dict:
+    """Why `encode` runs far below transformers on the GPU (not on the CPU): its attention implementation
+    and the time its own tokenising of the same batches takes."""
+    start = time.perf_counter()
+    for i in range(0, len(texts), ST_BATCH):
+        st.model.tokenize(texts[i:i + ST_BATCH])
+    return {"sentence_transformers_tokenize_s": time.perf_counter() - start,
+            "sentence_transformers_attention": st.model[0].auto_model.config._attn_implementation}
 
 
 def written_vectors(output: Path, rows: int) -> np.ndarray:
@@ -200,7 +212,8 @@ def run(folder: Path, device: str, sizes, work: Path) -> dict:
     print(f"  engine variants: {time.perf_counter() - start:.1f} s", flush=True)
     rows = min(sizes.peer_rows, len(texts))
     start = time.perf_counter()
-    peer, peer_vectors = peers(folder, device, model.pooling, texts[:rows], sequences[:rows])
+    peer, peer_vectors, diagnostics = peers(folder, device, model.pooling, texts[:rows], sequences[:rows])
+    print(f"  peer diagnostics: {diagnostics}", flush=True)
     print(f"  peers: {time.perf_counter() - start:.1f} s", flush=True)
     written = written_vectors(work / f"index-{folder.name}", rows)
     agreement = {name: min_cosine(written, vectors) for name, vectors in peer_vectors.items()}
@@ -210,4 +223,4 @@ def run(folder: Path, device: str, sizes, work: Path) -> dict:
     return {"corpus": {"rows": len(texts), "tokens": int(sum(map(len, sequences))), "peer_rows": rows,
                        "median_tokens": float(np.median(list(map(len, sequences)))),
                        "max_tokens": int(max(map(len, sequences)))},
-            "index": index, "engine": ours, "peers": peer, "agreement": agreement}
+            "index": index, "engine": ours, "peers": peer, "peer_diagnostics": diagnostics, "agreement": agreement}
