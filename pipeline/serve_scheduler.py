@@ -24,7 +24,6 @@ from embedpipe.kernels.batch import Batch
 from .batcher import BatcherConfig, TokenBudgetBatcher
 
 MAX_IN_FLIGHT = 2  # the default: the CPU packs and launches batch N+1 while the device runs batch N
-POLL_S = 100e-6  # with a batch in flight and nothing to launch: how often to look for news
 
 
 class SchedulerClosed(RuntimeError):
@@ -110,10 +109,11 @@ class Scheduler:
             batch = self._next_batch() if len(in_flight) < self.max_in_flight else None
             if batch is not None:
                 self._launch(batch, in_flight)
-            elif len(in_flight) == self.max_in_flight:
-                self._finish(in_flight.popleft())  # every slot busy: wait for the oldest
             elif in_flight:
-                self._sleep(POLL_S)
+                # every slot busy, or nothing queued to launch: wait for the oldest batch; jobs that come
+                # meanwhile are launched as soon as it ends. (Looking for them every 100 us instead
+                # measured 0.37 ms more at one client on the H200, BERT-base: 3.05 vs 2.68 ms p50.)
+                self._finish(in_flight.popleft())
             elif self._closing and not self._inbox:
                 return
             else:
