@@ -5,6 +5,7 @@ import contextlib
 import json
 import signal
 import sys
+from pathlib import Path
 
 from embedpipe.kernels.engine import Engine, EngineConfig
 from embedpipe.kernels.model_folder import ModelLoadError, read_model_folder
@@ -87,10 +88,23 @@ def _interrupt(signum, frame):
 
 
 def run_merge(outputs: list, into, factory: str, allow_incomplete: bool) -> None:
+    """Exit codes: 0 merged, 2 not outputs of one complete job, 4 an output or the index folder is locked."""
     try:
-        meta = merge_outputs(outputs, into, factory, allow_incomplete)
+        with contextlib.ExitStack() as held:  # no job writes the outputs, nor another merge the index, meanwhile
+            outputs = [Path(output).resolve() for output in outputs]
+            into = Path(into).resolve()
+            if into not in outputs:
+                into.mkdir(parents=True, exist_ok=True)
+            if into.is_dir():  # else an output that does not exist: merge_outputs says so
+                held.enter_context(output_lock(into))
+            for output in outputs:
+                if output != into and (output / LOCK_FILE).exists():
+                    held.enter_context(output_lock(output, exclusive=False))
+            meta = merge_outputs(outputs, into, factory, allow_incomplete)
     except USER_ERRORS as e:
         fail(str(e))
+    except OutputLocked as e:
+        fail(str(e), 4)
     print(f"embedpipe: index of {meta['num_rows']:,} rows ({meta['factory']}, {meta['metric']}) "
           f"at {into}/index.faiss", file=sys.stderr)
 

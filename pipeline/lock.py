@@ -3,7 +3,8 @@
 A whole job holds OUTPUT/.embedpipe.lock exclusively. A shard (--shard-index I --num-shards N)
 holds it shared, plus OUTPUT/.embedpipe.lock.shard-I-of-N exclusively: shards of one job may
 share an OUTPUT, a shard may not run twice, and a whole job excludes them all. `verify` holds it
-shared, so no job starts writing while it reads. The locks are flock()s, which the kernel
+shared, so no job starts writing while it reads; `merge` holds its outputs' shared and its index
+folder's exclusively. The locks are flock()s, which the kernel
 drops when the process ends however it ends, so a killed job never leaves a stale lock; the
 lock files themselves stay (deleting a lock file races with a process opening it).
 """

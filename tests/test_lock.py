@@ -56,3 +56,25 @@ def test_a_killed_holder_leaves_no_stale_lock(tmp_path):
         holder.wait()
     with output_lock(tmp_path):  # the kernel dropped the dead process's lock
         pass
+
+
+def test_merge_refuses_an_output_being_written_and_an_index_folder_in_use(tmp_path):
+    """A merge reads the outputs (shared lock) and writes the index folder (exclusive): a job still
+    writing an output, or another merge into the same folder, gets exit code 4 and nothing changes."""
+    from typer.testing import CliRunner
+
+    from embedpipe.cli.main import app
+    shards = [tmp_path / "shard0", tmp_path / "shard1"]
+    for shard in shards:
+        shard.mkdir()
+    merge = lambda *args: CliRunner().invoke(app, ["merge", *map(str, shards), *map(str, args)])
+    with output_lock(shards[1]):  # a job is still writing shard1
+        result = merge("--into", tmp_path / "index")
+        assert result.exit_code == 4 and f"{shards[1]} is being written by another run" in result.stderr
+    with output_lock(shards[0]):  # the default index folder is the first output
+        assert merge().exit_code == 4
+    with output_lock(tmp_path / "index"):  # another merge into the same folder
+        assert merge("--into", tmp_path / "index").exit_code == 4
+    assert list((tmp_path / "index").iterdir()) == [tmp_path / "index" / ".embedpipe.lock"]
+    result = merge("--into", tmp_path / "index")  # unlocked: on to merging, which finds no output here
+    assert result.exit_code == 2 and "Traceback" not in result.output
