@@ -87,18 +87,17 @@ def _interrupt(signum, frame):
     raise Terminated(signum)
 
 
-def run_merge(outputs: list, into, factory: str, allow_incomplete: bool) -> None:
+def run_merge(outputs: list[Path], into: Path, factory: str, allow_incomplete: bool) -> None:
     """Exit codes: 0 merged, 2 not outputs of one complete job, 4 an output or the index folder is locked."""
     try:
         with contextlib.ExitStack() as held:  # no job writes the outputs, nor another merge the index, meanwhile
-            outputs = [Path(output).resolve() for output in outputs]
-            into = Path(into).resolve()
-            if into not in outputs:
+            read_only = [output for output in outputs if output.resolve() != into.resolve()]
+            if len(read_only) == len(outputs):
                 into.mkdir(parents=True, exist_ok=True)
             if into.is_dir():  # else an output that does not exist: merge_outputs says so
                 held.enter_context(output_lock(into))
-            for output in outputs:
-                if output != into and (output / LOCK_FILE).exists():
+            for output in read_only:
+                if (output / LOCK_FILE).exists():
                     held.enter_context(output_lock(output, exclusive=False))
             meta = merge_outputs(outputs, into, factory, allow_incomplete)
     except USER_ERRORS as e:
