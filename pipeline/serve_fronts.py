@@ -4,12 +4,11 @@ One Python process that parses JSON, tokenises and writes responses is bound by 
 H200 it answered at most ~1,200 requests/s of 512 tokens while the device was mostly idle
 (benchmarks/serve_request_path.py measures the request path alone). With N > 1 this process
 keeps the engine, its scheduler, the index and the metrics, and spawns N HTTP processes: each
-runs the same app (serve.py) on the shared listening socket, with its own event loop and
-tokenizer threads, and sends token ids here over a socket of its own.
-Each HTTP process listens on a socket of its own bound to the same port (SO_REUSEPORT): the
-kernel spreads connections over them (with one shared socket, the first process to accept took
-every keep-alive connection). A bridge thread per HTTP
-process submits them to the one Scheduler, so every process's requests share the same
+runs the same app (serve.py) with its own event loop and tokenizer threads, and sends token ids
+here over a connection of its own. Each HTTP process listens on a socket of its own bound to the
+same port (SO_REUSEPORT): the kernel spreads connections over them (with one shared socket, the
+first process to accept took every keep-alive connection). A bridge thread per HTTP process
+submits its token ids to the one Scheduler, so every process's requests share the same
 token-budget batches.
 
 Messages, HTTP process -> here: ("embed", rid, token ids end to end [sum(lengths)] int32,

@@ -117,10 +117,10 @@ class Scheduler:
             elif self._closing and not self._inbox:
                 return
             else:
-                self._sleep(None)
+                self._sleep()
 
-    def _sleep(self, timeout: float | None) -> None:
-        self._wake.wait(timeout)
+    def _sleep(self) -> None:
+        self._wake.wait()
         self._wake.clear()  # the next pass re-reads the inbox, so a wake-up between wait and clear is not lost
 
     def _fill(self) -> None:
