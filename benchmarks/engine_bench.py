@@ -28,9 +28,9 @@ def engine_latency(engine: Engine, sequence: list[int]) -> dict:
     """step() + result() percentiles, and the device time of the forward pass alone (graph replay)."""
     batch = pack([sequence], BucketPolicy())
     latency = percentiles(time_calls(lambda: engine.step(batch).result(), iters=300, warmup=20))
-    entry = engine.runner.graphs.entries.get(engine.runner.attn.graph_key(batch))
-    if entry is not None:
-        latency["device_forward_ms"] = cuda_ms(entry[0].replay, 100)
+    graph = engine.runner.captured_graph(batch)
+    if graph is not None:
+        latency["device_forward_ms"] = cuda_ms(graph.replay, 100)
     return latency
 
 

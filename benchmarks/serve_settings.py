@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from common import model_folder  # noqa: E402
 from run import Sizes  # noqa: E402
-from suite_http import Server, body, concurrency  # noqa: E402
+from suite_http import Server, body, concurrency, our_server  # noqa: E402
 from workloads import texts_of  # noqa: E402
 
 
@@ -39,8 +39,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     rows = []
     for workers, in_flight in itertools.product(args.http_workers.split(","), args.max_in_flight.split(",")):
-        command = [sys.executable, "-m", "embedpipe.cli.main", "serve", "--model", str(folder), "--device",
-                   args.device, "--http-workers", workers, "--max-in-flight", in_flight]
+        command = our_server(folder, args.device, "--http-workers", workers, "--max-in-flight", in_flight)
         server = Server("ours", command, args.out / f"serve-{workers}-{in_flight}.log")
         try:
             server.wait_healthy()

@@ -71,9 +71,14 @@ class Server:
         self.proc.wait(120)
 
 
+def our_server(folder: Path, device: str, *options) -> list[str]:
+    """The command of `embedpipe serve` on the model folder, with more options (without --port)."""
+    return [sys.executable, "-m", "embedpipe.cli.main", "serve", "--model", str(folder), "--device", device,
+            *map(str, options)]
+
+
 def start_servers(folder: Path, device: str, logs: Path, http_workers: int) -> dict[str, Server]:
-    commands = {"ours": [sys.executable, "-m", "embedpipe.cli.main", "serve", "--model", str(folder), "--device", device,
-                         "--http-workers", str(http_workers)],
+    commands = {"ours": our_server(folder, device, "--http-workers", http_workers),
                 "peer": [sys.executable, str(HERE), "--peer", "--model", str(folder), "--device", device]}
     # on a small shared CPU, OpenMP teams that spin while idle (the peer's thread-pool workers each get one)
     # starve each other for hundreds of ms; passive waiting, for both servers, measures the servers instead

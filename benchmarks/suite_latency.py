@@ -79,5 +79,5 @@ def run(folder, device: str, sizes, ceiling: dict, weight_bytes: int, flops_per_
 
 def graph_replay_ms(engine: Engine, sequences: list[list[int]]) -> float | None:
     """Device time of the captured forward pass alone."""
-    entry = engine.runner.graphs.entries.get(engine.runner.attn.graph_key(pack(sequences, BucketPolicy())))
-    return cuda_ms(entry[0].replay, 50) if entry is not None else None
+    graph = engine.runner.captured_graph(pack(sequences, BucketPolicy()))
+    return cuda_ms(graph.replay, 50) if graph is not None else None

@@ -78,6 +78,11 @@ class CudaRunner:
     def counters(self):
         return self.graphs.counters
 
+    def captured_graph(self, batch: Batch) -> torch.cuda.CUDAGraph | None:
+        """The graph captured for this batch's key, if any (benchmarks replay it alone)."""
+        entry = self.graphs.entries.get(self.attn.graph_key(batch))
+        return None if entry is None else entry[0]
+
     def step(self, batch: Batch, positions: np.ndarray, seq_ids: np.ndarray) -> LazyTensor:
         num_tokens, num_slots = batch.key
         slot, host = self.staging.take(3 * num_tokens + num_slots + 1)
