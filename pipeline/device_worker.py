@@ -1,21 +1,24 @@
 """One engine process of `index --devices`: its own engine and tokenizer pool, units from the shared queue.
 
 Runs in a spawned process (CUDA cannot be forked). Tells the parent, through the events queue,
-its progress, its log lines, and at the end its EngineReport or its error.
+that its engine is loaded ("ready"), its progress, its log lines, and at the end its EngineReport
+or its error.
 """
 from __future__ import annotations
 
+import os
 import pickle
 import signal
+import sys
 import time
 import traceback
 from dataclasses import dataclass, replace
 from multiprocessing.queues import Queue
-from typing import Iterable
+from typing import Callable, Iterable
 
 import torch
 
-from embedpipe.kernels.engine import Engine
+from embedpipe.kernels.engine import Engine, model_spec
 
 from .config import JobConfig
 from .embed import make_tokenizer
@@ -68,7 +71,8 @@ def engine_process(job: JobConfig, plan: EnginePlan, units: Queue, events: Queue
     exit_when_parent_dies()
     progress = QueueProgress(events, plan.index)
     try:
-        outcome = ("done", plan.index, embed_units(job, plan, iter(units.get, None), progress))
+        ready = lambda: events.put(("ready", plan.index, None))
+        outcome = ("done", plan.index, embed_units(job, plan, iter(units.get, None), progress, ready))
     except Exception as error:
         outcome = ("failed", plan.index, (_pickled(error), traceback.format_exc()))
     # nothing is left to clean up: a stop from now on just ends the process (raising SystemExit
@@ -76,16 +80,24 @@ def engine_process(job: JobConfig, plan: EnginePlan, units: Queue, events: Queue
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     progress.flush()
     events.put(outcome)
-    if outcome[0] == "failed":
-        raise SystemExit(1)
+    events.close()
+    events.join_thread()  # the outcome is in the pipe
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # everything is written and closed: skip the interpreter's and CUDA's teardown (seconds)
+    os._exit(1 if outcome[0] == "failed" else 0)
 
 
-def embed_units(job: JobConfig, plan: EnginePlan, units: Iterable[WorkUnit], progress: QueueProgress) -> EngineReport:
+def embed_units(job: JobConfig, plan: EnginePlan, units: Iterable[WorkUnit], progress: QueueProgress,
+                ready: Callable[[], None]) -> EngineReport:
+    """Loads the engine (the tokenizer workers start meanwhile), calls `ready`, then embeds the units."""
     if plan.num_threads is not None:
         torch.set_num_threads(plan.num_threads)
-    engine = Engine(replace(job.engine, device=plan.device))
-    tokenizer = make_tokenizer(engine, job.prompt, job.prompt_name)
-    with TokenizerPool(tokenizer, plan.num_workers) as pool:
+    config = replace(job.engine, device=plan.device)
+    tokenizer = make_tokenizer(model_spec(config), job.prompt, job.prompt_name)
+    with TokenizerPool(tokenizer, plan.num_workers).start() as pool:  # its workers start while the engine loads
+        engine = Engine(config)
+        ready()
         runner = UnitRunner(job, engine, progress)
         runner.run(read_and_tokenize(job, pool, units))
     return runner.report()

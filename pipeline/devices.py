@@ -1,6 +1,7 @@
 """`index --devices`: one engine process per device, all pulling units from one shared queue.
 
-Each process (device_worker.py) builds its own engine and tokenizer pool and takes the next unit
+Each process (device_worker.py) builds its own engine and tokenizer pool (before the job lists its
+units, as the in-process engine is built) and takes the next unit
 whenever its reader needs one, so a slower device simply ends up with fewer units. The processes
 write unit files and manifest records exactly as a single engine does; writers never share a file
 (each unit has its own, written under a unique temporary name and renamed into place). The parent
@@ -63,33 +64,56 @@ def engine_plans(job: JobConfig, devices: list[str]) -> list[EnginePlan]:
 
 
 class DeviceEngines:
-    """The Embedder of `--devices`: engine processes fed from one queue of units."""
+    """The Embedder of `--devices`: engine processes fed from one queue of units; a context manager.
+
+    Entering starts the processes and waits until each has started its tokenizer workers and
+    loaded its engine (the in-process engine, too, is loaded before the job lists its units and
+    starts its clock); `embed` feeds them the units.
+    """
 
     def __init__(self, job: JobConfig):
         self.job = job
         self.plans = engine_plans(job, local_devices(job.devices))
+        context = multiprocessing.get_context("spawn")
+        self.units, self.events = context.Queue(), context.Queue()
+        self.processes = [context.Process(target=engine_process, args=(job, plan, self.units, self.events),
+                                          name=f"embedpipe-engine-{plan.device}") for plan in self.plans]
+        self.fed = False  # units were queued for them
+
+    def __enter__(self) -> DeviceEngines:
+        try:
+            for process in self.processes:
+                process.start()
+            self._wait_until_ready()
+        except BaseException as error:
+            self.__exit__(type(error), error, error.__traceback__)
+            raise
+        return self
+
+    def _wait_until_ready(self) -> None:
+        ready: set[int] = set()
+        exited_at: dict[int, float] = {}
+        while len(ready) < len(self.processes):
+            kind, index, payload = self._next_event(self.processes, self.events, {}, exited_at)
+            if kind == "ready":
+                ready.add(index)
+            elif kind == "failed":
+                raise self._failure(index, *payload)
+
+    def __exit__(self, *exc) -> None:
+        self.units.cancel_join_thread()  # on a failure, unread units must not keep this process alive
+        # processes given no units (nothing pending, or the job failed first) have nothing to finish
+        _stop(self.processes, terminate=exc[0] is not None or not self.fed)
 
     def embed(self, prepared: PreparedJob, progress: Progress) -> list[EngineReport]:
         if not prepared.pending:
             return [EngineReport(plan.device) for plan in self.plans]
-        context = multiprocessing.get_context("spawn")
-        units, events = context.Queue(), context.Queue()
         for unit in prepared.pending:
-            units.put(unit)
+            self.units.put(unit)
         for _ in self.plans:
-            units.put(None)  # one end marker per process
-        processes = [context.Process(target=engine_process, args=(self.job, plan, units, events),
-                                     name=f"embedpipe-engine-{plan.device}") for plan in self.plans]
-        finished = False
-        try:
-            for process in processes:
-                process.start()
-            reports = self._watch(processes, events, progress)
-            finished = True
-            return reports
-        finally:
-            units.cancel_join_thread()  # on a failure, unread units must not keep this process alive
-            _stop(processes, terminate=not finished)
+            self.units.put(None)  # one end marker per process
+        self.fed = True
+        return self._watch(self.processes, self.events, progress)
 
     def _watch(self, processes: list, events, progress: Progress) -> list[EngineReport]:
         """Relays progress until every process has reported; raises on the first failure or death."""

@@ -3,7 +3,6 @@ embed the pending units (one engine here, one process per device, or a Ray clust
 (rejected.parquet, the FAISS index when the whole job is done, metrics.json)."""
 from __future__ import annotations
 
-from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ContextManager, Protocol
@@ -73,21 +72,35 @@ def open_embedder(job: JobConfig) -> ContextManager[Embedder]:
         return ray_engines(job)
     if job.devices is not None:
         from .devices import DeviceEngines
-        return nullcontext(DeviceEngines(job))
-    return nullcontext(LocalEngine(job))
+        return DeviceEngines(job)
+    return LocalEngine(job)
 
 
 class LocalEngine:
-    """One engine in this process, fed by this process's tokenizer pool."""
+    """One engine in this process, fed by this process's tokenizer pool; a context manager.
+
+    Entering starts the pool's workers and then loads the engine (the workers start meanwhile).
+    """
 
     def __init__(self, job: JobConfig):
         self.job = job
-        self.engine = load_engine(job.engine)
+        self.pool = TokenizerPool(job_tokenizer(job)[1], job.num_workers)
+
+    def __enter__(self) -> LocalEngine:
+        self.pool.start()
+        try:
+            self.engine = load_engine(self.job.engine)
+        except BaseException as error:
+            self.pool.__exit__(type(error), error, error.__traceback__)
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.pool.__exit__(*exc)
 
     def embed(self, prepared: PreparedJob, progress: Progress) -> list[EngineReport]:
-        with TokenizerPool(prepared.tokenizer, self.job.num_workers) as pool:
-            runner = UnitRunner(self.job, self.engine, progress)
-            runner.run(read_and_tokenize(self.job, pool, prepared.pending))
+        runner = UnitRunner(self.job, self.engine, progress)
+        runner.run(read_and_tokenize(self.job, self.pool, prepared.pending))
         return [runner.report()]
 
 
@@ -98,13 +111,17 @@ def load_engine(config: EngineConfig) -> Engine:
         raise ConfigError(str(error)) from error
 
 
-def prepare_job(job: JobConfig) -> PreparedJob:
-    """Checks the settings against OUTPUT (or stores them), lists the units and finds this run's pending ones."""
+def job_tokenizer(job: JobConfig) -> tuple[ModelSpec, TextTokenizer]:
     try:
         spec = model_spec(job.engine)
-        tokenizer = make_tokenizer(spec, job.prompt, job.prompt_name)
+        return spec, make_tokenizer(spec, job.prompt, job.prompt_name)
     except ValueError as error:  # a setting the model cannot take (dim, prompt name)
         raise ConfigError(str(error)) from error
+
+
+def prepare_job(job: JobConfig) -> PreparedJob:
+    """Checks the settings against OUTPUT (or stores them), lists the units and finds this run's pending ones."""
+    spec, tokenizer = job_tokenizer(job)
     settings = job_settings(job, spec, tokenizer)
     check_index_factory(job.index_factory, spec.output.width, spec.output.dtype == "binary")
     job.output.mkdir(parents=True, exist_ok=True)

@@ -147,7 +147,7 @@ class TokenizerPool:
         self.num_texts = 0
         self.num_truncated = 0
         self._tokenizer = tokenizer
-        self._workers: list[_Worker] = []  # started by the first map
+        self._workers: list[_Worker] = []  # started by start() or the first map
         self._closed = False
 
     def __enter__(self) -> TokenizerPool:
@@ -161,7 +161,7 @@ class TokenizerPool:
 
     @property
     def worker_pids(self) -> list[int]:
-        """Pids of the live workers (started by the first map)."""
+        """Pids of the live workers (started by start() or the first map)."""
         return [w.process.pid for w in self._workers if w.process.is_alive()]
 
     def close(self) -> None:
@@ -197,11 +197,16 @@ class TokenizerPool:
                 raise TokenizerPoolError(f"tokenizer raised {type(exc).__name__}: {exc}") from exc
             yield meta, chunk
 
-    def _map_in_workers(self, chunks: Iterator[tuple[Any, Sequence[str]]]) -> Iterator[tuple[Any, TokenizedChunk]]:
-        if not self._workers:
+    def start(self) -> TokenizerPool:
+        """Starts the workers now rather than at the first map: they import while the caller loads a model."""
+        if self.num_workers and not self._workers:
             pickled = pickle.dumps(self._tokenizer)
             context = multiprocessing.get_context("spawn")  # the parent has torch and CUDA loaded: no fork
             self._workers = [_Worker(context, pickled) for _ in range(self.num_workers)]
+        return self
+
+    def _map_in_workers(self, chunks: Iterator[tuple[Any, Sequence[str]]]) -> Iterator[tuple[Any, TokenizedChunk]]:
+        self.start()
         pending: deque[tuple[Any, _Worker]] = deque()  # sent, not yet handed out; oldest first
         try:
             self._send_up_to_limit(chunks, pending)

@@ -110,3 +110,11 @@ def test_double_buffered_equals_one_at_a_time(tmp_path, model):
     assert engine.counters.replays > 1000
     for a, b in zip(one_at_a_time, pipelined):
         torch.testing.assert_close(a, b, atol=0, rtol=0)
+
+
+def test_a_cuda_engine_leaves_one_torch_thread(tmp_path):
+    """Its host work is small copies; more threads spin between them (see Engine.__init__)."""
+    write_random_model("tiny-bert", tmp_path)
+    torch.set_num_threads(4)
+    Engine(EngineConfig(model=str(tmp_path), device="cuda"))
+    assert torch.get_num_threads() == 1
