@@ -68,19 +68,22 @@ def weight_files(folder: ModelFolder) -> list[Path]:
 
 def _load_weights(model: nn.Module, folder: ModelFolder, targets: dict) -> set[str]:
     """Copies every checkpoint tensor into its parameter; returns the checkpoint names filled."""
-    from safetensors import safe_open
+    from safetensors import SafetensorError, safe_open
 
     params = model.state_dict(keep_vars=True)
     loaded: set[str] = set()
     for file in weight_files(folder):
-        with safe_open(str(file), framework="pt") as f:
-            for key in f.keys():
-                name = _normalize_key(key, model)
-                if name not in targets:
-                    continue
-                param_name, rows = targets[name]
-                _copy(params[param_name], rows, f.get_tensor(key), key, file)
-                loaded.add(name)
+        try:
+            with safe_open(str(file), framework="pt") as f:
+                for key in f.keys():
+                    name = _normalize_key(key, model)
+                    if name not in targets:
+                        continue
+                    param_name, rows = targets[name]
+                    _copy(params[param_name], rows, f.get_tensor(key), key, file)
+                    loaded.add(name)
+        except SafetensorError as error:  # a truncated or damaged file
+            raise ModelLoadError(f"{file} is not a readable safetensors file: {error}") from error
     return loaded
 
 

@@ -2,13 +2,16 @@
 processes on one unit queue write what one engine writes; a dead engine or a bad input stops the job."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
 from pathlib import Path
 
+import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -22,7 +25,7 @@ from embedpipe.pipeline.config import ConfigError, DeviceSpec, IndexOptions, job
 from embedpipe.pipeline.batcher import BatchStats
 from embedpipe.pipeline.manifest import completed_units
 from embedpipe.pipeline.run_report import EngineReport, run_metrics
-from processes import spawned_children
+from processes import spawned_children, wait_until_gone
 
 UNIT_OPTIONS = ["--rows-per-unit", "50", "--quiet"]
 CONFIGS = Path(__file__).parent.parent / "configs"
@@ -154,6 +157,28 @@ def test_a_dead_engine_stops_the_job_and_the_rerun_completes_it(tmp_path, tiny_m
     metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
     assert metrics["units"]["done"] == 60 and metrics["rows"] == 3000 - 50 * done_before
     assert not [name for name in os.listdir(tmp_path / "out" / "embeddings") if name.startswith(".")]
+
+
+@pytest.mark.slow
+def test_engines_that_cannot_load_fail_the_job_before_any_output(tmp_path, corpus, tiny_model):
+    """The engine processes load before the job writes anything; their error is the job's."""
+    broken = tmp_path / "broken-model"
+    shutil.copytree(tiny_model, broken)
+    weights = broken / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    process = subprocess.Popen(index_command(corpus, "--output", tmp_path / "out", "--model", broken,
+                                             "--devices", "cpu:2", *UNIT_OPTIONS),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    engine_pids: set[int] = set()
+    while process.poll() is None:
+        with contextlib.suppress(psutil.Error):  # a child may end while it is listed
+            engine_pids.update(child.pid for child in spawned_children(process.pid))
+        time.sleep(0.02)
+    stderr = process.stderr.read()
+    assert process.returncode == 2, stderr
+    assert f"{weights} is not a readable safetensors file" in stderr and "Traceback" not in stderr
+    assert not (tmp_path / "out").exists()
+    assert len(engine_pids) == 2 and wait_until_gone(list(engine_pids))
 
 
 @pytest.mark.slow

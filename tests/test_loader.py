@@ -79,6 +79,13 @@ def test_wrong_tensor_shape_names_the_tensor(minilm_copy):
     assert "1536" in message and "1000" in message
 
 
+def test_truncated_weights_are_named(minilm_copy):
+    weights = minilm_copy / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    with pytest.raises(ModelLoadError, match="model.safetensors is not a readable safetensors file"):
+        _embed(minilm_copy)
+
+
 def test_missing_tensor_is_named(minilm_copy):
     tensors = load_file(minilm_copy / "model.safetensors")
     del tensors["encoder.layer.3.attention.self.key.weight"]
