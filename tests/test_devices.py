@@ -160,16 +160,18 @@ def test_a_dead_engine_stops_the_job_and_the_rerun_completes_it(tmp_path, tiny_m
 
 
 @pytest.mark.slow
-def test_engines_that_cannot_load_fail_the_job_before_any_output(tmp_path, corpus, tiny_model):
-    """The engine processes load before the job writes anything; their error is the job's."""
+@pytest.mark.parametrize("engines", [["--devices", "cpu:2"], ["--device", "cpu", "--workers", "2"]])
+def test_engines_that_cannot_load_fail_the_job_before_any_output(tmp_path, corpus, tiny_model, engines):
+    """Engines (engine processes, or the in-process engine with its tokenizer workers) load before
+    the job writes anything; their error is the job's, and no process is left."""
     broken = tmp_path / "broken-model"
     shutil.copytree(tiny_model, broken)
     weights = broken / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:1000])
     process = subprocess.Popen(index_command(corpus, "--output", tmp_path / "out", "--model", broken,
-                                             "--devices", "cpu:2", *UNIT_OPTIONS),
+                                             *engines, *UNIT_OPTIONS),
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    engine_pids: set[int] = set()
+    engine_pids: set[int] = set()  # engine processes or tokenizer workers
     while process.poll() is None:
         with contextlib.suppress(psutil.Error):  # a child may end while it is listed
             engine_pids.update(child.pid for child in spawned_children(process.pid))
