@@ -101,6 +101,7 @@ class LocalEngine:
     def embed(self, prepared: PreparedJob, progress: Progress) -> list[EngineReport]:
         runner = UnitRunner(self.job, self.engine, progress)
         runner.run(read_and_tokenize(self.job, self.pool, prepared.pending))
+        self.pool.close()  # its workers' memory is free for the index build
         return [runner.report()]
 
 
