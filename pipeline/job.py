@@ -56,24 +56,25 @@ class Embedder(Protocol):
 
 def run_job(job: JobConfig) -> JobResult:
     """The whole job, holding OUTPUT's lock (raises OutputLocked when another run holds it)."""
-    with open_embedder(job) as embedder:  # loads the engine, checks the devices or joins Ray: before any output
+    spec, tokenizer = job_tokenizer(job)
+    with open_embedder(job, tokenizer) as embedder:  # loads the engine, checks the devices or joins Ray: before any output
         job.output.mkdir(parents=True, exist_ok=True)
         with output_lock(job.output, shard=(job.shard_index, job.num_shards) if job.sharded else None):
-            prepared = prepare_job(job)
+            prepared = prepare_job(job, spec, tokenizer)
             with Progress(expected_rows(prepared.pending), job.quiet) as progress:
                 _log_start(progress, prepared)
                 reports = embedder.embed(prepared, progress)
                 return finish_job(prepared, reports, progress)
 
 
-def open_embedder(job: JobConfig) -> ContextManager[Embedder]:
+def open_embedder(job: JobConfig, tokenizer: TextTokenizer) -> ContextManager[Embedder]:
     if job.ray_address is not None:
         from .ray_job import ray_engines
         return ray_engines(job)
     if job.devices is not None:
         from .devices import DeviceEngines
         return DeviceEngines(job)
-    return LocalEngine(job)
+    return LocalEngine(job, tokenizer)
 
 
 class LocalEngine:
@@ -82,9 +83,9 @@ class LocalEngine:
     Entering starts the pool's workers and then loads the engine (the workers start meanwhile).
     """
 
-    def __init__(self, job: JobConfig):
+    def __init__(self, job: JobConfig, tokenizer: TextTokenizer):
         self.job = job
-        self.pool = TokenizerPool(job_tokenizer(job)[1], job.num_workers)
+        self.pool = TokenizerPool(tokenizer, job.num_workers)
 
     def __enter__(self) -> LocalEngine:
         self.pool.start()
@@ -113,6 +114,7 @@ def load_engine(config: EngineConfig) -> Engine:
 
 
 def job_tokenizer(job: JobConfig) -> tuple[ModelSpec, TextTokenizer]:
+    """The model's spec and tokenizer (with the job's prompt), read once per job."""
     try:
         spec = model_spec(job.engine)
         return spec, make_tokenizer(spec, job.prompt, job.prompt_name)
@@ -120,9 +122,8 @@ def job_tokenizer(job: JobConfig) -> tuple[ModelSpec, TextTokenizer]:
         raise ConfigError(str(error)) from error
 
 
-def prepare_job(job: JobConfig) -> PreparedJob:
+def prepare_job(job: JobConfig, spec: ModelSpec, tokenizer: TextTokenizer) -> PreparedJob:
     """Checks the settings against OUTPUT (or stores them), lists the units and finds this run's pending ones."""
-    spec, tokenizer = job_tokenizer(job)
     settings = job_settings(job, spec, tokenizer)
     check_index_factory(job.index_factory, spec.output.width, spec.output.dtype == "binary")
     job.output.mkdir(parents=True, exist_ok=True)
