@@ -42,11 +42,11 @@ def free_port() -> int:
 
 
 class Server:
-    """A server subprocess on a free loopback port; `wait_healthy()` polls /health, `stop()` sends
-    SIGTERM and waits."""
+    """A server subprocess on a free loopback port; `wait_healthy()` polls /health (and, given `ready_line`,
+    waits for that line in the log), `stop()` sends SIGTERM and waits."""
 
-    def __init__(self, name: str, command: list[str], log: Path, env: dict | None = None):
-        self.name, self.port, self.log = name, free_port(), log
+    def __init__(self, name: str, command: list[str], log: Path, env: dict | None = None, ready_line: str = ""):
+        self.name, self.port, self.log, self.ready_line = name, free_port(), log, ready_line
         with open(log, "w") as out:
             self.proc = subprocess.Popen([*command, "--port", str(self.port)], stdout=out, stderr=subprocess.STDOUT,
                                          env={**os.environ, **(env or {})})
@@ -59,7 +59,7 @@ class Server:
                 raise SystemExit(f"{self.name} exited with {self.proc.returncode}:\n{self.log.read_text()}")
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as response:
-                    if response.status == 200:
+                    if response.status == 200 and self.ready_line in self.log.read_text():
                         return
             except OSError:
                 pass
@@ -69,6 +69,9 @@ class Server:
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
         self.proc.wait(120)
+
+
+OURS_READY = "embedpipe: serving"  # printed once every HTTP process listens
 
 
 def our_server(folder: Path, device: str, *options) -> list[str]:
@@ -86,7 +89,8 @@ def start_servers(folder: Path, device: str, logs: Path, http_workers: int) -> d
     servers = {}
     try:  # both load at once
         for name, command in commands.items():
-            servers[name] = Server(name, command, logs / f"{folder.name}-{name}.log", env)
+            servers[name] = Server(name, command, logs / f"{folder.name}-{name}.log", env,
+                                   OURS_READY if name == "ours" else "")
         for server in servers.values():
             server.wait_healthy()
     except BaseException:

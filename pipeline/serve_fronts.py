@@ -11,7 +11,7 @@ first process to accept took every keep-alive connection). A bridge thread per H
 submits its token ids to the one Scheduler, so every process's requests share the same
 token-budget batches.
 
-Messages, HTTP process -> here: ("embed", rid, token ids end to end [sum(lengths)] int32,
+Messages, HTTP process -> here: ("listening",) once its socket accepts connections, ("embed", rid, token ids end to end [sum(lengths)] int32,
 lengths [n]) (arrays: unpickled and packed here much faster than lists of ints), ("cancel", rid), ("search", rid,
 queries, k), ("metrics", rid), and ("metrics_update", *RemoteMetrics.take()) every FLUSH_S.
 Here -> HTTP process: (rid, result), result being the embeddings [n, width], the hits, the
@@ -52,6 +52,7 @@ class FrontBridge:
 
     def __init__(self, connection: Connection, backend: LocalBackend, searches: ThreadPoolExecutor):
         self.connection, self.backend, self.searches = connection, backend, searches
+        self.listening = threading.Event()
         self._send_lock = threading.Lock()  # replies come from the engine thread and search threads
         self._jobs_lock = threading.Lock()
         self._jobs: dict[int, Job] = {}  # embed requests not yet answered, for "cancel"
@@ -76,7 +77,9 @@ class FrontBridge:
                 job.cancel()
 
     def _handle(self, kind: str, *args) -> None:
-        if kind == "embed":
+        if kind == "listening":
+            self.listening.set()
+        elif kind == "embed":
             rid, token_ids, lengths = args
             sequences = np.split(token_ids, np.cumsum(lengths[:-1]))
             with self._jobs_lock:  # held until the job is listed, so its reply cannot come first
@@ -136,34 +139,41 @@ def serve_with_fronts(config: ServeConfig, model: ServedModel, backend: LocalBac
     backend.start()
     searches = ThreadPoolExecutor(config.tokenizer_threads, thread_name_prefix="embedpipe-search")
     context = multiprocessing.get_context("spawn")  # this process has torch (and CUDA) loaded: no fork
-    fronts = []
-    for number in range(config.http_workers):
-        here, there = context.Pipe(duplex=True)
-        process = context.Process(target=front_main, args=(config, model, listeners[number], there),
-                                  name=f"embedpipe-http-{number}")
-        process.start()
-        there.close()
-        fronts.append(process)
-        FrontBridge(here, backend, searches)  # serves on its own thread
+    fronts, bridges = [], []
     stop = threading.Event()
 
     def on_signal(*_) -> None:  # at once: each HTTP process refuses new requests (503) and finishes its own
         stop.set()
         for process in fronts:
-            if process.exitcode is None:
-                process.terminate()
+            if process.pid is not None and process.exitcode is None:
+                process.terminate()  # one still starting up ends here, by the signal: that is no failure
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, on_signal)
-    print(f"embedpipe: serving {model.name} on http://{config.host}:{config.port} "
-          f"({backend.engine.device}, dimension {model.output.dim}, {config.http_workers} HTTP processes)",
-          file=sys.stderr, flush=True)
-    dead = []
-    while not stop.is_set() and not dead:
-        multiprocessing.connection.wait([p.sentinel for p in fronts], timeout=0.2)
-        dead = [p for p in fronts if p.exitcode is not None]
-    if not stop.is_set():  # one died: stop the others
+    for number in range(config.http_workers):
+        if stop.is_set():
+            break
+        here, there = context.Pipe(duplex=True)
+        process = context.Process(target=front_main, args=(config, model, listeners[number], there),
+                                  name=f"embedpipe-http-{number}")
+        fronts.append(process)
+        process.start()
+        there.close()
+        bridges.append(FrontBridge(here, backend, searches))  # serves on its own thread
+    if stop.is_set():  # the signal came while they started: also stop one started after on_signal ran
         on_signal()
+    dead, announced = [], False
+    while not stop.is_set():
+        multiprocessing.connection.wait([p.sentinel for p in fronts], timeout=0.2 if announced else 0.02)
+        if stop.is_set():
+            break
+        dead = [p for p in fronts if p.exitcode is not None]
+        if dead:  # one died: stop the others
+            on_signal()
+        elif not announced and all(bridge.listening.is_set() for bridge in bridges):
+            print(f"embedpipe: serving {model.name} on http://{config.host}:{config.port} ({backend.engine.device}, "
+                  f"dimension {model.output.dim}, {config.http_workers} HTTP processes)", file=sys.stderr, flush=True)
+            announced = True
     for process in fronts:
         process.join(config.request_timeout + 10)
         if process.is_alive():
@@ -307,6 +317,11 @@ class RemoteMetrics:
 
 class FrontUvicorn(DrainingUvicorn):
     """An HTTP process's uvicorn: Ctrl-C reaches the whole process group; only the engine process's SIGTERM stops it."""
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:  # its socket listens: the engine process announces the server once every one does
+            self.app_server.backend.send("listening")
 
     def handle_exit(self, sig, frame) -> None:
         if sig != signal.SIGINT:

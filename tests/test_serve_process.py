@@ -12,7 +12,7 @@ import pytest
 from conftest import cosine
 from embedpipe.pipeline.embed import embed_texts, make_tokenizer
 from processes import spawned_children, wait_until_gone
-from serve_client import ServerProcess, embed, metric, vectors
+from serve_client import ServerProcess, embed, free_port, metric, vectors
 
 pytestmark = pytest.mark.slow
 
@@ -105,6 +105,22 @@ def test_a_dead_http_process_stops_the_server_with_its_cause_and_leaves_no_proce
     assert server.proc.wait(60) == 1
     log = (tmp_path / "server.log").read_text()
     assert "exited (exit code -9, SIGKILL); the server stopped" in log and "Traceback" not in log, log
+    assert wait_until_gone([front.pid for front in fronts]), "an HTTP process outlived the server"
+
+
+def test_sigterm_while_http_processes_start_exits_0_and_leaves_no_process(tmp_path):
+    log = tmp_path / "server.log"
+    command = [sys.executable, "-m", "embedpipe.cli.main", "serve", "--device", "cpu", "--http-workers", "2",
+               "--port", str(free_port())]
+    with open(log, "w") as out:
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 180
+    while len(fronts := spawned_children(proc.pid)) < 2:  # spawned: still importing, not yet listening
+        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0, log.read_text()
+    assert "error" not in log.read_text() and "embedpipe: serving" not in log.read_text(), log.read_text()
     assert wait_until_gone([front.pid for front in fronts]), "an HTTP process outlived the server"
 
 
