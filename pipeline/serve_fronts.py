@@ -179,6 +179,8 @@ def serve_with_fronts(config: ServeConfig, model: ServedModel, backend: LocalBac
         if process.is_alive():
             process.kill()
             process.join()
+    for bridge in bridges:  # each ends at its connection's end and cancels what it had left unanswered; a bridge
+        bridge.thread.join(10)  # still running at interpreter exit would free the engine there (and abort in C++)
     backend.close()
     searches.shutdown()
     for listener in listeners:
