@@ -73,7 +73,8 @@ def main() -> None:
     for workers, in_flight in itertools.product(args.http_workers.split(","), args.max_in_flight.split(",")):
         command = [sys.executable, __file__, "--serve", "--device-ms", str(args.device_ms), "--model", args.model,
                    "--device", "cpu", "--http-workers", workers, "--max-in-flight", in_flight]
-        server = Server("null-engine server", command, Path("/tmp/embedpipe-null-server.log"), {"OMP_NUM_THREADS": "1"}, OURS_READY)
+        server = Server("null-engine server", command, Path("/tmp/embedpipe-null-server.log"), {"OMP_NUM_THREADS": "1"},
+                        OURS_READY)
         server.wait_healthy()
         try:
             for clients in map(int, args.clients.split(",")):

@@ -71,7 +71,7 @@ class Server:
         self.proc.wait(120)
 
 
-OURS_READY = "embedpipe: serving"  # printed once every HTTP process listens
+OURS_READY = "embedpipe: serving"  # printed once the server listens (with --http-workers N, every HTTP process)
 
 
 def our_server(folder: Path, device: str, *options) -> list[str]:

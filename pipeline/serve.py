@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import socket
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import uvicorn
@@ -301,11 +303,17 @@ def warm_up(engine: Engine, server: EmbedServer, batching: BatcherConfig) -> Non
 
 
 class DrainingUvicorn(uvicorn.Server):
-    """uvicorn, telling the app to refuse new requests (503) as soon as a shutdown signal arrives."""
+    """uvicorn, calling `on_listening` once its sockets accept connections and telling the app to refuse
+    new requests (503) as soon as a shutdown signal arrives."""
 
-    def __init__(self, config: uvicorn.Config, server: EmbedServer):
+    def __init__(self, config: uvicorn.Config, server: EmbedServer, on_listening: Callable[[], None]):
         super().__init__(config)
-        self.app_server = server
+        self.app_server, self.on_listening = server, on_listening
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            self.on_listening()
 
     def handle_exit(self, sig, frame) -> None:
         self.app_server.draining = True
@@ -335,6 +343,6 @@ def run_server(config: ServeConfig) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         # uvicorn re-raises the signal after a graceful shutdown, under the handler found at start: exit 0
         signal.signal(sig, lambda *_: None)
-    print(f"embedpipe: serving {config.engine.model} on http://{config.host}:{config.port} "
-          f"({engine.device}, dimension {engine.output.dim})", file=sys.stderr, flush=True)
-    DrainingUvicorn(uv_config, server).run()
+    DrainingUvicorn(uv_config, server, lambda: print(
+        f"embedpipe: serving {config.engine.model} on http://{config.host}:{config.port} "
+        f"({engine.device}, dimension {engine.output.dim})", file=sys.stderr, flush=True)).run()

@@ -11,9 +11,10 @@ first process to accept took every keep-alive connection). A bridge thread per H
 submits its token ids to the one Scheduler, so every process's requests share the same
 token-budget batches.
 
-Messages, HTTP process -> here: ("listening",) once its socket accepts connections, ("embed", rid, token ids end to end [sum(lengths)] int32,
-lengths [n]) (arrays: unpickled and packed here much faster than lists of ints), ("cancel", rid), ("search", rid,
-queries, k), ("metrics", rid), and ("metrics_update", *RemoteMetrics.take()) every FLUSH_S.
+Messages, HTTP process -> here: ("listening",) once its socket accepts connections, ("embed", rid,
+token ids end to end [sum(lengths)] int32, lengths [n]) (arrays: unpickled and packed here much
+faster than lists of ints), ("cancel", rid), ("search", rid, queries, k), ("metrics", rid), and
+("metrics_update", *RemoteMetrics.take()) every FLUSH_S.
 Here -> HTTP process: (rid, result), result being the embeddings [n, width], the hits, the
 metrics text or an exception.
 """
@@ -320,11 +321,6 @@ class RemoteMetrics:
 class FrontUvicorn(DrainingUvicorn):
     """An HTTP process's uvicorn: Ctrl-C reaches the whole process group; only the engine process's SIGTERM stops it."""
 
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets)
-        if self.started:  # its socket listens: the engine process announces the server once every one does
-            self.app_server.backend.send("listening")
-
     def handle_exit(self, sig, frame) -> None:
         if sig != signal.SIGINT:
             super().handle_exit(sig, frame)
@@ -338,4 +334,5 @@ def front_main(config: ServeConfig, model: ServedModel, listener: socket.socket,
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     # uvicorn re-raises the SIGTERM after its graceful shutdown, under the handler found at start: exit 0
     signal.signal(signal.SIGTERM, lambda *_: None)
-    FrontUvicorn(uv_config, server).run(sockets=[listener])
+    # once its socket listens: the engine process announces the server when every one does
+    FrontUvicorn(uv_config, server, partial(server.backend.send, "listening")).run(sockets=[listener])

@@ -43,8 +43,9 @@ class ServerProcess:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise AssertionError(f"the server exited with {self.proc.returncode}:\n{self.log.read_text()}")
-            try:  # and announced: with --http-workers N, once every HTTP process listens
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200 and "embedpipe: serving" in self.log.read_text():
+            try:  # and announced: once listening (with --http-workers N, once every HTTP process listens)
+                healthy = httpx.get(self.url + "/health", timeout=2).status_code == 200
+                if healthy and "embedpipe: serving" in self.log.read_text():
                     return
             except httpx.TransportError:
                 pass
