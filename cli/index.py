@@ -34,28 +34,50 @@ def given_options(ctx: typer.Context) -> dict:
     return given
 
 
+INPUTS = typer.Argument(None, help="Parquet / JSONL / CSV files, folders, globs, or datasets saved with save_to_disk.")
+OUTPUT = typer.Option(None, "--output", "-o", help="Output folder (required, here or in --config).")
+CONFIG = typer.Option(
+    None, "--config", help="TOML file of these options (same names, dashes or underscores); the command line wins.")
+TEXT_COLUMN = typer.Option(DEFAULTS.text_column, "--text-column", help="Column of the texts.")
+ID_COLUMN = typer.Option(None, "--id-column", help="Column of the ids (default: id when present, else FILE:ROW).")
+KEEP_COLUMNS = typer.Option(
+    None, "--keep-columns", help="Columns stored next to each row's result (comma-separated, or repeat the option).")
+ROWS_PER_UNIT = typer.Option(
+    DEFAULTS.rows_per_unit, "--rows-per-unit", help="Rows per unit of work (whole Parquet row groups).")
+READ_ROWS = typer.Option(DEFAULTS.read_rows, "--read-rows", help="Rows per read batch and tokenizer task.")
+RAY = typer.Option(
+    None, "--ray", metavar="ADDRESS",
+    help="Run on a Ray cluster (pip install 'embedpipe\\[ray]'): auto (the running one: RAY_ADDRESS or "
+         "`ray start` here), local (a new one on this machine), HOST:PORT or ray://HOST:PORT.")
+SHARD_INDEX = typer.Option(None, "--shard-index", help="This job's shard, 0 to num-shards - 1.")
+NUM_SHARDS = typer.Option(
+    None, "--num-shards", help="Split the units into this many shards (index them with `embedpipe merge`).")
+ON_BAD_ROW = typer.Option(
+    BadRowPolicy(DEFAULTS.on_bad_row), "--on-bad-row",
+    help="A null, empty or whitespace text: skip (record it in rejected.parquet) or fail.")
+SKIP_BAD_FILES = typer.Option(
+    False, "--skip-bad-files", help="Record unreadable files in metrics.json and go on (exit code 3).")
+OVERWRITE = typer.Option(False, "--overwrite", help="Discard OUTPUT's results when its settings differ.")
+QUIET = typer.Option(False, "--quiet", "-q", help="No progress output.")
+
+
 def index(
     ctx: typer.Context,
-    inputs: Optional[list[str]] = typer.Argument(
-        None, help="Parquet / JSONL / CSV files, folders, globs, or datasets saved with save_to_disk."),
-    output: Optional[str] = typer.Option(None, "--output", "-o", help="Output folder (required, here or in --config)."),
-    config: Optional[Path] = typer.Option(
-        None, "--config", help="TOML file of these options (same names, dashes or underscores); the command line wins."),
+    inputs: Optional[list[str]] = INPUTS, output: Optional[str] = OUTPUT, config: Optional[Path] = CONFIG,
     model: str = MODEL, device: Device = DEVICE,
     precision: Optional[Precision] = typer.Option(
         None, "--precision", help="Weights and activations (default: bfloat16 on CUDA, float32 on CPU)."),
     dtype: OutputDtype = DTYPE, dim: Optional[int] = DIM,
     prompt: Optional[str] = PROMPT, prompt_name: Optional[str] = PROMPT_NAME,
-    text_column: str = typer.Option(DEFAULTS.text_column, "--text-column", help="Column of the texts."),
-    id_column: Optional[str] = typer.Option(
-        None, "--id-column", help="Column of the ids (default: id when present, else FILE:ROW)."),
-    keep_columns: Optional[list[str]] = typer.Option(
-        None, "--keep-columns", help="Columns stored next to each embedding (comma-separated, or repeat the option)."),
+    text_column: str = TEXT_COLUMN,
+    token_ids_column: Optional[str] = typer.Option(
+        None, "--token-ids-column",
+        help="Embed this list<int> column of token ids instead of the texts (e.g. `token_ids` in the files of "
+             "`embedpipe tokenize`); ids are checked against the model's vocabulary, cut to its max length."),
+    id_column: Optional[str] = ID_COLUMN, keep_columns: Optional[list[str]] = KEEP_COLUMNS,
     index_factory: str = typer.Option(
         DEFAULTS.index_factory, "--index-factory", help="FAISS index: Flat, HNSW32, IVF4096,PQ64, ..."),
-    rows_per_unit: int = typer.Option(
-        DEFAULTS.rows_per_unit, "--rows-per-unit", help="Rows per unit of work (whole Parquet row groups)."),
-    read_rows: int = typer.Option(DEFAULTS.read_rows, "--read-rows", help="Rows per read batch and tokenizer chunk."),
+    rows_per_unit: int = ROWS_PER_UNIT, read_rows: int = READ_ROWS,
     max_batch_tokens: Optional[int] = typer.Option(
         None, "--max-batch-tokens", help="Padded tokens per engine batch (default: 16384 on a GPU, 4096 on the CPU)."),
     max_batch_seqs: int = typer.Option(DEFAULTS.max_batch_seqs, "--max-batch-seqs", help="Texts per engine batch."),
@@ -71,16 +93,9 @@ def index(
         help="Run on a Ray cluster (pip install 'embedpipe[ray]'): auto (the running one: RAY_ADDRESS or "
              "`ray start` here), local (a new one on this machine), HOST:PORT or ray://HOST:PORT. "
              "--devices: all (default), gpu:N or cpu:N."),
-    shard_index: Optional[int] = typer.Option(None, "--shard-index", help="This job's shard, 0 to num-shards - 1."),
-    num_shards: Optional[int] = typer.Option(
-        None, "--num-shards", help="Split the units into this many shards (index them with `embedpipe merge`)."),
-    on_bad_row: BadRowPolicy = typer.Option(
-        BadRowPolicy(DEFAULTS.on_bad_row), "--on-bad-row",
-        help="A null, empty or whitespace text: skip (record it in rejected.parquet) or fail."),
-    skip_bad_files: bool = typer.Option(
-        False, "--skip-bad-files", help="Record unreadable files in metrics.json and go on (exit code 3)."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Discard OUTPUT's results when its settings differ."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
+    shard_index: Optional[int] = SHARD_INDEX, num_shards: Optional[int] = NUM_SHARDS,
+    on_bad_row: BadRowPolicy = ON_BAD_ROW, skip_bad_files: bool = SKIP_BAD_FILES,
+    overwrite: bool = OVERWRITE, quiet: bool = QUIET,
 ):
     """Embed every row of INPUTS into OUTPUT: Parquet per unit, then a FAISS index. Resumable."""
     from embedpipe.pipeline.commands import run_index

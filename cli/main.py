@@ -30,6 +30,8 @@ from embedpipe.cli.index import index, merge, query  # noqa: E402 - their option
 app.command()(index)
 app.command()(merge)
 app.command()(query)
+from embedpipe.cli.tokenize import tokenize  # noqa: E402
+app.command()(tokenize)
 from embedpipe.cli.serve import serve  # noqa: E402 - its options live in cli/serve.py
 app.command()(serve)
 from embedpipe.cli.warmup import warmup  # noqa: E402

@@ -93,7 +93,7 @@ def pack(sequences: Sequence[Sequence[int]], policy: BucketPolicy | None = None,
     cu = np.full(padded_seqs + 1, padded_tokens, dtype=np.int32)
     cu[0] = 0
     cu[1:num_seqs + 1] = np.cumsum(lengths)
-    return Batch(torch.from_numpy(ids), torch.from_numpy(cu), num_seqs, num_tokens, list(tags or []))
+    return Batch(torch.from_numpy(ids), torch.from_numpy(cu), num_seqs, num_tokens, [] if tags is None else tags)
 
 
 def split_in_halves(batch: Batch, policy: BucketPolicy | None = None, pad_token_id: int = 0) -> tuple[Batch, Batch]:

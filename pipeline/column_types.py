@@ -49,19 +49,20 @@ class ColumnTypes:
         self.schema = schema
 
     @classmethod
-    def of_output(cls, output: Path) -> ColumnTypes:
-        """Starts from the types of the output's completed units, so a resumed job checks against them."""
-        for record in completed_units(output).values():
+    def of_output(cls, output: Path, folder: str = "embeddings") -> ColumnTypes:
+        """Starts from the types of the output's completed units, so a resumed job checks against them.
+
+        A unit file holds the id, the embedding (or, from `tokenize`, the token ids), then the kept columns."""
+        for record in completed_units(output, folder).values():
             if record["num_rows"]:
-                stored = pq.read_schema(output / "embeddings" / record["file_name"])
-                return cls(stored.remove(stored.get_field_index("embedding")))
+                return cls(pq.read_schema(output / folder / record["file_name"]).remove(1))
         return cls()
 
-    def check(self, batch: pa.RecordBatch, path: str) -> None:
-        """Widens the types by the batch's id and kept columns; empty batches have no say."""
-        if not batch.num_rows:
+    def check(self, schema: pa.Schema, num_rows: int, path: str) -> None:
+        """Widens the types by a batch's id and kept columns (schema: id, text, kept...); empty batches have no say."""
+        if not num_rows:
             return
-        columns = batch.schema.remove(1)  # without the text
+        columns = schema.remove(1)  # without the text
         if self.schema is None or self.schema.equals(columns):
             self.schema = columns
         else:

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
+import os
 import signal
 import sys
 from pathlib import Path
@@ -51,13 +53,34 @@ def run_index(given: dict, config_file) -> None:
     error; 3 done but for skipped files; 4 OUTPUT is locked by another run; 130 / 143 interrupted (SIGINT / SIGTERM)."""
     from .job import run_job
 
+    _run_units_job(run_job, _options(given, config_file))
+
+
+def run_tokenize(given: dict, config_file) -> None:
+    """`embedpipe tokenize`: the exit codes of run_index. Its workers default to CPU count - 1 on any machine."""
+    from .tokenize_job import run_tokenize as tokenize
+
+    options = _options(given, config_file)
+    if options.workers is None:
+        options = dataclasses.replace(options, workers=max(1, (os.cpu_count() or 2) - 1))
+    _run_units_job(tokenize, options)
+
+
+def _options(given: dict, config_file):
     try:
-        job = job_config(merge_options(config_file, given))
+        return merge_options(config_file, given)
+    except ValueError as e:
+        fail(str(e))
+
+
+def _run_units_job(run, options) -> None:
+    try:
+        job = job_config(options)
     except ValueError as e:
         fail(str(e))
     previous_handler = signal.signal(signal.SIGTERM, _interrupt)  # unwinds like Ctrl-C: open unit files are removed
     try:
-        result = run_job(job)
+        result = run(job)
     except USER_ERRORS as e:
         fail(str(e))
     except OutputLocked as e:

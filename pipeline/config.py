@@ -69,6 +69,7 @@ class IndexOptions:
     prompt: str | None = None
     prompt_name: str | None = None
     text_column: str = "text"
+    token_ids_column: str | None = None  # embed these token ids (pre-tokenised input) instead of the text
     id_column: str | None = None  # None: `id` when the input has it, else FILE:ROW
     keep_columns: tuple[str, ...] = ()  # names, or comma-separated lists of names
     index_factory: str = "Flat"
@@ -196,7 +197,7 @@ def job_config(options: IndexOptions) -> JobConfig:
                           output_dtype=o.dtype, graphs=graphs)
     return JobConfig(
         inputs=tuple(o.inputs), output=Path(o.output),
-        columns=ColumnSpec(o.text_column, o.id_column, split_names(o.keep_columns)),
+        columns=ColumnSpec(o.text_column, o.id_column, split_names(o.keep_columns), o.token_ids_column),
         engine=engine, batching=BatcherConfig(max_batch_tokens, o.max_batch_seqs),
         num_workers=CPU_WORKERS if o.workers is None and on_cpu else o.workers,
         rows_per_unit=o.rows_per_unit, read_rows=o.read_rows, index_factory=o.index_factory,

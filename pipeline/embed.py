@@ -14,7 +14,7 @@ def make_tokenizer(engine: Engine | ModelSpec, prompt: str | None = None,
     """The model's tokenizer with a literal prompt, or a named prompt from the model's config."""
     folder = engine.folder
     text = prompt if prompt is not None else folder.prompt(prompt_name)
-    return TextTokenizer(folder.tokenizer_file, folder.max_seq_length, text)
+    return TextTokenizer(folder.tokenizer_file, folder.max_seq_length, text, folder.config.get("vocab_size"))
 
 
 def embed_token_ids(engine: Engine, sequences: list[list[int]], batching: BatcherConfig = BatcherConfig()) -> np.ndarray:

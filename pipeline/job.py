@@ -24,7 +24,7 @@ from .sources import WorkUnit, list_units
 from .tokenizer import TextTokenizer
 from .tokenizer_pool import TokenizerPool
 
-TEMPORARY_FOLDERS = ("embeddings", "rejected", "manifest", ".")
+TEMPORARY_FOLDERS = ("embeddings", "tokens", "rejected", "manifest", ".")
 
 
 @dataclass
@@ -126,6 +126,12 @@ def prepare_job(job: JobConfig, spec: ModelSpec, tokenizer: TextTokenizer) -> Pr
     """Checks the settings against OUTPUT (or stores them), lists the units and finds this run's pending ones."""
     settings = job_settings(job, spec, tokenizer)
     check_index_factory(job.index_factory, spec.output.width, spec.output.dtype == "binary")
+    return PreparedJob(job, spec, tokenizer, settings, *plan_units(job, settings))
+
+
+def plan_units(job: JobConfig, settings: dict, folder: str = "embeddings") -> tuple:
+    """(units, mine, pending, done_before, bad_listing) of a job writing one file per unit into OUTPUT/folder,
+    once OUTPUT's stored settings are checked (or written)."""
     job.output.mkdir(parents=True, exist_ok=True)
     check_or_write_settings(job.output, settings, job.overwrite)
     if not job.sharded:
@@ -134,9 +140,9 @@ def prepare_job(job: JobConfig, spec: ModelSpec, tokenizer: TextTokenizer) -> Pr
     units = list_units(list(job.inputs), job.rows_per_unit, bad_listing if job.skip_bad_files else None)
     write_unit_list(job.output, units)
     mine = units[job.shard_index::job.num_shards]
-    done_before = completed_units(job.output)
+    done_before = completed_units(job.output, folder)
     pending = [unit for unit in mine if unit.unit_id not in done_before]
-    return PreparedJob(job, spec, tokenizer, settings, units, mine, pending, done_before, bad_listing)
+    return units, mine, pending, done_before, bad_listing
 
 
 def finish_job(prepared: PreparedJob, reports: list[EngineReport], progress: Progress) -> JobResult:

@@ -11,7 +11,7 @@ from embedpipe.pipeline.sinks import commit_file, safe_name, temporary_path, wri
 from embedpipe.pipeline.sources import WorkUnit
 
 SETTINGS_FILE = "job.json"
-OUTPUT_FOLDERS = ("manifest", "embeddings", "rejected", "index")  # cleared on overwrite, in order
+OUTPUT_FOLDERS = ("manifest", "embeddings", "tokens", "rejected", "index")  # cleared on overwrite, in order
 INDEX_FILE_NAMES = ("index.faiss", "index_ids.parquet", "index.json")
 
 
@@ -40,8 +40,8 @@ def mark_done(output_dir: str | Path, unit: WorkUnit, num_rows: int, num_rejecte
     write_json_atomic(Path(output_dir) / "manifest" / f"{safe_name(unit.unit_id)}.json", record)
 
 
-def completed_units(output_dir: str | Path) -> dict[str, dict]:
-    """unit_id -> completion record, for units whose embeddings file exists."""
+def completed_units(output_dir: str | Path, folder: str = "embeddings") -> dict[str, dict]:
+    """unit_id -> completion record, for units whose file exists in OUTPUT/folder (a tokenize job's: tokens)."""
     output_dir = Path(output_dir)
     done = {}
     for record_path in sorted((output_dir / "manifest").glob("[!.]*.json")):
@@ -49,7 +49,7 @@ def completed_units(output_dir: str | Path) -> dict[str, dict]:
             record = json.loads(record_path.read_text())
         except (OSError, json.JSONDecodeError):  # unreadable: the unit is simply redone
             continue
-        if (output_dir / "embeddings" / record["file_name"]).is_file():
+        if (output_dir / folder / record["file_name"]).is_file():
             done[record["unit_id"]] = record
     return done
 

@@ -47,11 +47,14 @@ def job_settings(job: JobConfig, spec: ModelSpec, tokenizer: TextTokenizer) -> d
     """What fixes the embeddings of a job (OUTPUT/job.json); `query` rebuilds the engine from it."""
     output = spec.output
     model = job.engine.model if job.engine.model in builtin_models() else str(spec.folder.path)
-    return {"model": model,
-            "pooling": output.pooling, "normalize": output.normalize, "dim": output.dim,
-            "dtype": output.dtype, "prompt": tokenizer.prompt, "max_seq_length": tokenizer.max_length,
-            "text_column": job.columns.text, "id_column": job.columns.id,
-            "keep_columns": list(job.columns.keep), "rows_per_unit": job.rows_per_unit}
+    settings = {"model": model,
+                "pooling": output.pooling, "normalize": output.normalize, "dim": output.dim,
+                "dtype": output.dtype, "prompt": tokenizer.prompt, "max_seq_length": tokenizer.max_length,
+                "text_column": job.columns.text, "id_column": job.columns.id,
+                "keep_columns": list(job.columns.keep), "rows_per_unit": job.rows_per_unit}
+    if job.columns.token_ids:  # only then: the outputs of earlier versions keep their settings
+        settings["token_ids_column"] = job.columns.token_ids
+    return settings
 
 
 def write_unit_list(output_dir: Path, units: list[WorkUnit]) -> None:

@@ -20,8 +20,11 @@ from typing import TYPE_CHECKING, Iterator
 
 from .config import ConfigError, DeviceSpec, JobConfig
 from .progress import Progress
-from .ray_stages import EngineActor, tokenize_unit
+from .ray_stages import EngineActor, tokenize_and_write, tokenize_unit
 from .run_report import EngineReport
+from .sources import WorkUnit
+from .tokenizer import TextTokenizer
+from .unit_files import RunCounts
 
 if TYPE_CHECKING:
     from .job import PreparedJob
@@ -32,7 +35,15 @@ TOKENIZE_ENV = {"env_vars": {"TOKENIZERS_PARALLELISM": "false"}}
 
 @contextmanager
 def ray_engines(job: JobConfig) -> Iterator[RayEngines]:
-    """Joins the cluster at job.ray_address (or the Ray session this process already has)."""
+    """The engines of the cluster at job.ray_address (or of the Ray session this process already has)."""
+    with ray_session(job):
+        import ray
+        yield RayEngines(job, *engine_pool(job.devices, ray.cluster_resources()))
+
+
+@contextmanager
+def ray_session(job: JobConfig) -> Iterator[None]:
+    """Joins the cluster at job.ray_address unless this process already has a Ray session; leaves what it joined."""
     try:
         import ray
     except ImportError as error:
@@ -45,7 +56,7 @@ def ray_engines(job: JobConfig) -> Iterator[RayEngines]:
         except ConnectionError as error:  # no cluster at that address
             raise ConfigError(f"--ray {job.ray_address}: {error}") from error
     try:
-        yield RayEngines(job, *engine_pool(job.devices, ray.cluster_resources()))
+        yield
     finally:
         if joined:
             ray.shutdown()
@@ -102,6 +113,32 @@ class RayEngines:
                 progress.log(f"skipping a bad file: {bad['error']}")
             reports[report.device] = reports[report.device] + report if report.device in reports else report
         return list(reports.values())
+
+
+def tokenize_with_ray(job: JobConfig, tokenizer: TextTokenizer, units: list[WorkUnit], progress: Progress) -> RunCounts:
+    """`tokenize --ray`: one Ray task per pending unit reads, tokenizes and writes it (ray_stages.tokenize_and_write)."""
+    counts = RunCounts()
+    if not units:
+        return counts
+    with ray_session(job):
+        import ray.data
+
+        if job.quiet:
+            ray.data.DataContext.get_current().enable_progress_bars = False
+        items = ray.data.from_items([asdict(unit) for unit in units], override_num_blocks=len(units))
+        written = items.map(tokenize_and_write, fn_kwargs={"job": job, "tokenizer": tokenizer}, num_cpus=1,
+                            runtime_env=TOKENIZE_ENV)
+        for row in written.iter_rows():
+            if row["error"]:
+                raise pickle.loads(row["error"])
+            unit_counts: RunCounts = pickle.loads(row["counts"])
+            progress.advance(rows=unit_counts.rows + unit_counts.rejected, tokens=unit_counts.tokens)
+            for bad in unit_counts.bad_files:
+                progress.log(f"skipping a bad file: {bad['error']}")
+            for name in ("units", "rows", "tokens", "rejected", "truncated"):
+                setattr(counts, name, getattr(counts, name) + getattr(unit_counts, name))
+            counts.bad_files += unit_counts.bad_files
+    return counts
 
 
 def index_with_ray(inputs: list[str], output: str, address: str = "auto", **options):

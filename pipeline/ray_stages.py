@@ -3,7 +3,8 @@
 tokenize_unit runs as a Ray task per unit (CPU only; importing this module does not import torch);
 EngineActor holds one engine and embeds and writes one unit per call with the same UnitRunner, unit
 writer and manifest record as every other path. A unit travels between them as one row: its chunks
-and their token ids, pickled (ids and kept columns of any Arrow type, rejected rows, read errors).
+(the same reader.ReadAndTokenize tasks a local job's tokenizer workers run), pickled: token ids,
+ids and kept columns of any Arrow type, rejected rows, read errors.
 """
 from __future__ import annotations
 
@@ -12,21 +13,35 @@ import pickle
 from dataclasses import replace
 
 from .config import JobConfig
-from .reader import read_chunks
+from .reader import unit_tasks
 from .sources import InputError, WorkUnit
 from .tokenizer import TextTokenizer
-from .tokenizer_pool import encode_chunk
 
 
 def tokenize_unit(row: dict, job: JobConfig, tokenizer: TextTokenizer) -> dict:
-    """{unit_id, chunks}: the unit's (Chunk, TokenizedChunk) pairs, as the runner takes them, pickled.
+    """{unit_id, chunks}: the unit's chunks, as the runner takes them, pickled.
 
-    A read error travels as the unit's end marker, as in a local run, so the engine side decides
+    A read error travels as a piece's end marker, as in a local run, so the engine side decides
     (fail the job, or skip the file under --skip-bad-files)."""
     unit = WorkUnit(**row)
-    chunks = read_chunks([unit], job.columns, job.read_rows, job.on_bad_row == "fail")
-    return {"unit_id": unit.unit_id, "chunks": pickle.dumps([(chunk, encode_chunk(tokenizer, texts))
-                                                             for chunk, texts in chunks])}
+    chunks = [chunk for task in unit_tasks(job, [unit]) for chunk in task.run(tokenizer)]
+    return {"unit_id": unit.unit_id, "chunks": pickle.dumps(chunks)}
+
+
+def tokenize_and_write(row: dict, job: JobConfig, tokenizer: TextTokenizer) -> dict:
+    """`tokenize --ray`'s task: one unit read, tokenized and written as a local tokenize job writes it.
+
+    Returns {unit_id, counts, error}: the pickled RunCounts, or the pickled input error that stops the job."""
+    from .progress import Progress
+    from .token_files import TokenFilesRunner
+
+    unit = WorkUnit(**row)
+    runner = TokenFilesRunner(job, tokenizer, Progress(None, quiet=True))
+    try:
+        runner.run(chunk for task in unit_tasks(job, [unit]) for chunk in task.run(tokenizer))
+    except InputError as error:
+        return {"unit_id": unit.unit_id, "counts": b"", "error": pickle.dumps(error)}
+    return {"unit_id": unit.unit_id, "counts": pickle.dumps(runner.counts), "error": b""}
 
 
 class EngineActor:

@@ -51,16 +51,25 @@ class WorkUnit:
 
 @dataclass(frozen=True)
 class ColumnSpec:
-    """Input columns: the text, the id (None: column `id` if present, else derived), kept extras."""
+    """Input columns: the text (or token ids), the id (None: column `id` if present, else derived), kept extras.
+
+    token_ids names a list<integer> column of token ids to embed instead of the text (pre-tokenised input).
+    """
 
     text: str = "text"
     id: str | None = None
     keep: tuple[str, ...] = ()
+    token_ids: str | None = None
 
     def __post_init__(self):
-        names = [self.text, self.id or "id", *self.keep]
+        names = [self.source, self.id or "id", *self.keep]
         if not self.text or len(set(names)) != len(names):
-            raise ValueError(f"text, id and kept columns must be distinct and non-empty: {names}")
+            raise ValueError(f"text (or token ids), id and kept columns must be distinct and non-empty: {names}")
+
+    @property
+    def source(self) -> str:
+        """The column that is embedded: the token ids when given, else the text."""
+        return self.token_ids or self.text
 
 
 def list_units(inputs: list[str], rows_per_unit: int = 65536,
@@ -181,17 +190,19 @@ def _parquet_units(path: str, prefix: str, rows_per_unit: int) -> list[WorkUnit]
     return units
 
 
-def read_unit(unit: WorkUnit, columns: ColumnSpec, batch_rows: int = 4096) -> Iterator[pa.RecordBatch]:
-    """Streams a unit as record batches of at most `batch_rows` rows: id, text, kept columns.
+def read_unit(unit: WorkUnit, columns: ColumnSpec, batch_rows: int = 4096,
+              rows: tuple[int, int] | None = None) -> Iterator[pa.RecordBatch]:
+    """Streams a unit, or its rows [start, stop), as record batches of at most `batch_rows` rows: id, text, kept.
 
-    The id column keeps its name and type; without one, a string column `id` holds
-    `f"{unit.id_prefix}:{row}"` (row: 0-based row number in the file). Text columns of type
-    binary/large_binary are decoded as UTF-8, invalid bytes replaced by U+FFFD; an all-null
-    column counts as text. At least one (possibly empty) batch is yielded, so the schema is known.
+    Row numbers count from the file's start (a saved dataset's: from its start); JSONL and CSV
+    units are read whole. The id column keeps its name and type; without one, a string column `id`
+    holds `f"{unit.id_prefix}:{row}"`. Text columns of type binary/large_binary are decoded as
+    UTF-8, invalid bytes replaced by U+FFFD; an all-null column counts as text. At least one
+    (possibly empty) batch is yielded, so the schema is known.
     """
     open_format = {"parquet": _open_parquet, "jsonl": _open_jsonl, "csv": _open_csv, "hf": _open_hf}
     try:
-        schema, batches, first_row = open_format[unit.format](unit, columns, batch_rows)
+        schema, batches, first_row = open_format[unit.format](unit, columns, batch_rows, rows)
         id_column = _check_schema(schema, columns, unit.path)
         out_schema = None
         for batch in _rechunk(batches, batch_rows):
@@ -205,22 +216,94 @@ def read_unit(unit: WorkUnit, columns: ColumnSpec, batch_rows: int = 4096) -> It
         raise UnreadableInputError(f"{unit.path}: cannot read {unit.format} input: {error}") from error
 
 
-def _open_parquet(unit: WorkUnit, columns: ColumnSpec, batch_rows: int):
-    parquet = pq.ParquetFile(unit.path)
+def unit_rows(unit: WorkUnit) -> tuple[int, int] | None:
+    """The unit's rows [start, stop) (file row numbers); None for a JSONL / CSV unit, read whole."""
+    if unit.format == "hf":
+        return unit.start, unit.stop
+    if unit.format == "parquet":
+        starts = _group_starts(_parquet_file(unit.path).metadata)
+        return int(starts[unit.start]), int(starts[unit.stop])
+    return None
+
+
+def file_metadata(unit: WorkUnit) -> dict[bytes, bytes]:
+    """The key-value metadata of a Parquet unit's schema ({} for other formats)."""
+    if unit.format != "parquet":
+        return {}
+    try:
+        return _parquet_file(unit.path).schema_arrow.metadata or {}
+    except (pa.ArrowException, OSError) as error:
+        raise UnreadableInputError(f"{unit.path}: cannot read parquet input: {error}") from error
+
+
+def _open_parquet(unit: WorkUnit, columns: ColumnSpec, batch_rows: int, rows: tuple[int, int] | None):
+    parquet = _parquet_file(unit.path)
     schema = parquet.schema_arrow
-    first_row = sum(parquet.metadata.row_group(g).num_rows for g in range(unit.start))
-    wanted = [n for n in (columns.id or "id", columns.text, *columns.keep) if n in schema.names]
-    batches = parquet.iter_batches(batch_rows, row_groups=range(unit.start, unit.stop), columns=wanted)
-    return schema, batches, first_row
+    start, stop = rows or unit_rows(unit)
+    wanted = [n for n in (columns.id or "id", columns.source, *columns.keep) if n in schema.names]
+    return schema, _parquet_rows(parquet, unit.path, wanted, start, stop, batch_rows), start
 
 
-def _open_jsonl(unit: WorkUnit, columns: ColumnSpec, batch_rows: int):
+def _parquet_rows(parquet: pq.ParquetFile, path: str, wanted: list[str], start: int, stop: int,
+                  batch_rows: int) -> Iterator[pa.RecordBatch]:
+    """Rows [start, stop) of the file: whole row groups streamed, the parts of cut ones sliced."""
+    starts = _group_starts(parquet.metadata)
+    for group in range(int(np.searchsorted(starts, start, side="right")) - 1, len(starts) - 1):
+        first, last = int(starts[group]), int(starts[group + 1])
+        if first >= stop:
+            return
+        if start <= first and last <= stop:
+            yield from parquet.iter_batches(batch_rows, row_groups=[group], columns=wanted)
+        else:  # a piece of a row group that other pieces share: decoded once per process (see _row_group)
+            lo, hi = max(start, first) - first, min(stop, last) - first
+            yield from _row_group(parquet, path, group, wanted).slice(lo, hi - lo).to_batches(batch_rows)
+
+
+_row_group_cache: dict[tuple, pa.Table] = {}
+
+
+def _row_group(parquet: pq.ParquetFile, path: str, group: int, wanted: list[str]) -> pa.Table:
+    """One decoded row group, the last one asked for kept: the pieces of a large row group go to
+    several workers, and each decodes it once instead of once per piece."""
+    key = (_file_key(path), group, tuple(wanted))
+    if key not in _row_group_cache:
+        _row_group_cache.clear()
+        _row_group_cache[key] = parquet.read_row_group(group, columns=wanted)
+    return _row_group_cache[key]
+
+
+_parquet_cache: dict[tuple, pq.ParquetFile] = {}
+MAX_OPEN_PARQUET = 8
+
+
+def _parquet_file(path: str) -> pq.ParquetFile:
+    """An open ParquetFile with its footer, reused while the file is unchanged (workers read many pieces of one file)."""
+    key = _file_key(path)
+    if key not in _parquet_cache:
+        if len(_parquet_cache) >= MAX_OPEN_PARQUET:
+            _parquet_cache.pop(next(iter(_parquet_cache)))
+        _parquet_cache[key] = pq.ParquetFile(path)
+    return _parquet_cache[key]
+
+
+def _file_key(path: str) -> tuple:
+    stat = os.stat(path)
+    return path, stat.st_mtime_ns, stat.st_size, stat.st_ino
+
+
+def _group_starts(metadata: pq.FileMetaData) -> np.ndarray:
+    """[num_row_groups + 1]: the first row of each row group, then the file's row count."""
+    sizes = [metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)]
+    return np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
+
+
+def _open_jsonl(unit: WorkUnit, columns: ColumnSpec, batch_rows: int, rows=None):
     if _is_blank(unit.path):
         return _blank_schema(columns), iter(()), 0
     read_options = pj.ReadOptions(block_size=TEXT_BLOCK_BYTES)
     reader = pj.open_json(unit.path, read_options=read_options)
     text_field = reader.schema.field(columns.text) if columns.text in reader.schema.names else None
-    if text_field is not None and pa.types.is_null(text_field.type):
+    if text_field is not None and pa.types.is_null(text_field.type) and columns.token_ids is None:
         # all null in the first block: type it as string so later strings do not fail the read
         parse_options = pj.ParseOptions(explicit_schema=pa.schema([(columns.text, pa.string())]),
                                         unexpected_field_behavior="infer")
@@ -228,7 +311,7 @@ def _open_jsonl(unit: WorkUnit, columns: ColumnSpec, batch_rows: int):
     return reader.schema, reader, 0
 
 
-def _open_csv(unit: WorkUnit, columns: ColumnSpec, batch_rows: int):
+def _open_csv(unit: WorkUnit, columns: ColumnSpec, batch_rows: int, rows=None):
     """CSV is untyped: the text and id columns are read as strings (keeps ids like "007")."""
     if _is_blank(unit.path):
         return _blank_schema(columns), iter(()), 0
@@ -248,32 +331,41 @@ def _is_blank(path: str) -> bool:
 
 def _blank_schema(columns: ColumnSpec) -> pa.Schema:
     """The wanted columns of a blank file, typed null (a type that takes no side: see column_types)."""
-    return pa.schema([(name, pa.null()) for name in (columns.id, columns.text, *columns.keep) if name])
+    return pa.schema([(name, pa.null()) for name in (columns.id, columns.source, *columns.keep) if name])
 
 
-def _open_hf(unit: WorkUnit, columns: ColumnSpec, batch_rows: int):
+def _open_hf(unit: WorkUnit, columns: ColumnSpec, batch_rows: int, rows: tuple[int, int] | None):
     dataset = _load_hf(unit.path)
     schema = dataset.features.arrow_schema
-    wanted = [n for n in (columns.id or "id", columns.text, *columns.keep) if n in schema.names]
-    rows = dataset.select_columns(wanted).select(range(unit.start, unit.stop)).with_format("arrow")
+    start, stop = rows or (unit.start, unit.stop)
+    wanted = [n for n in (columns.id or "id", columns.source, *columns.keep) if n in schema.names]
+    rows = dataset.select_columns(wanted).select(range(start, stop)).with_format("arrow")  # memory-mapped
     batches = (b for table in rows.iter(batch_size=batch_rows) for b in table.to_batches())
-    return schema, batches, unit.start
+    return schema, batches, start
 
 
 def _check_schema(schema: pa.Schema, columns: ColumnSpec, path: str) -> str | None:
     """Validates the input columns; returns the id column's name (None: ids are derived)."""
     existing = ", ".join(schema.names)
-    if columns.text not in schema.names:
-        raise InputError(f"{path}: text column {columns.text!r} not found; columns are: {existing}")
+    kind = "token ids" if columns.token_ids else "text"
+    if columns.source not in schema.names:
+        raise InputError(f"{path}: {kind} column {columns.source!r} not found; columns are: {existing}")
     if columns.id is not None and columns.id not in schema.names:
         raise InputError(f"{path}: id column {columns.id!r} not found; columns are: {existing}")
     missing = [name for name in columns.keep if name not in schema.names]
     if missing:
         raise InputError(f"{path}: kept column(s) {missing} not found; columns are: {existing}")
-    text_type = schema.field(columns.text).type
-    if not _is_text_type(text_type):
-        raise InputError(f"{path}: text column {columns.text!r} has type {text_type}, not a string")
+    source_type = schema.field(columns.source).type
+    if columns.token_ids and not (_is_token_ids_type(source_type) or pa.types.is_null(source_type)):
+        raise InputError(f"{path}: token ids column {columns.source!r} has type {source_type}, not a list of integers")
+    if not columns.token_ids and not _is_text_type(source_type):
+        raise InputError(f"{path}: text column {columns.text!r} has type {source_type}, not a string")
     return columns.id or ("id" if "id" in schema.names else None)
+
+
+def _is_token_ids_type(arrow_type: pa.DataType) -> bool:
+    return ((pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type))
+            and pa.types.is_integer(arrow_type.value_type))
 
 
 def _is_text_type(arrow_type: pa.DataType) -> bool:
@@ -300,9 +392,10 @@ def _shape_batch(batch: pa.RecordBatch, columns: ColumnSpec, id_column: str | No
         if ids.null_count:
             null_row = first_row + pc.index(ids.is_null(), True).as_py()
             raise InputError(f"{unit.path}: id column {id_name!r} is null at row {null_row}")
-    arrays = [_without_view(ids), _as_text(batch.column(columns.text)),
+    source = batch.column(columns.source)
+    arrays = [_without_view(ids), source if columns.token_ids else _as_text(source),
               *(_without_view(batch.column(n)) for n in columns.keep)]
-    return pa.RecordBatch.from_arrays(arrays, names=[id_name, columns.text, *columns.keep])
+    return pa.RecordBatch.from_arrays(arrays, names=[id_name, columns.source, *columns.keep])
 
 
 def _without_view(column: pa.Array) -> pa.Array:
@@ -332,19 +425,34 @@ def _decode_utf8(data: pa.Array, text_type: pa.DataType) -> pa.Array:
         return pa.array(decoded, text_type)
 
 
-def find_bad_texts(texts: pa.Array) -> list[str | None]:
-    """Per row: None for a usable text, else the reason "null", "empty" or "whitespace"."""
+def bad_text_reasons(texts: pa.Array) -> np.ndarray:
+    """[len(texts)] str: "" for a usable text, else the reason "null", "empty" or "whitespace"."""
     is_null = texts.is_null().to_numpy(zero_copy_only=False)
     is_empty = pc.equal(pc.binary_length(texts), 0).fill_null(False).to_numpy(zero_copy_only=False)
     is_space = pc.utf8_is_space(texts).fill_null(False).to_numpy(zero_copy_only=False)
-    reasons = np.select([is_null, is_empty, is_space], ["null", "empty", "whitespace"], "")
-    return [reason or None for reason in reasons.tolist()]
+    return np.select([is_null, is_empty, is_space], ["null", "empty", "whitespace"], "")
+
+
+def find_bad_texts(texts: pa.Array) -> list[str | None]:
+    """Per row: None for a usable text, else the reason "null", "empty" or "whitespace"."""
+    return [reason or None for reason in bad_text_reasons(texts).tolist()]
+
+
+_hf_cache: dict[tuple, object] = {}
 
 
 def _load_hf(path: str):
+    """The saved dataset, reused while its state.json is unchanged (workers read many slices of one)."""
     import datasets
 
-    return _guarded(path, lambda: datasets.load_from_disk(path))
+    key = _file_key(os.path.join(path, "state.json")) if os.path.isfile(os.path.join(path, "state.json")) else None
+    if key is None or key not in _hf_cache:
+        dataset = _guarded(path, lambda: datasets.load_from_disk(path))
+        if key is None:
+            return dataset
+        _hf_cache.clear()
+        _hf_cache[key] = dataset
+    return _hf_cache[key]
 
 
 def _guarded(path: str, read: Callable):

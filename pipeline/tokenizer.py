@@ -1,8 +1,12 @@
 """Text -> token ids with the model's own tokenizer.json (no transformers needed)."""
 from __future__ import annotations
 
+import functools
+import hashlib
+import itertools
 from pathlib import Path
 
+import numpy as np
 from tokenizers import Encoding, Tokenizer
 
 # A text longer than max_length * CUT_CHARS_PER_TOKEN characters is tokenized from a prefix of
@@ -14,28 +18,64 @@ CUT_CHARS_PER_TOKEN = 16
 class TextTokenizer:
     """Tokenizes texts for one model: prompt prefix, special tokens, truncation to max_length."""
 
-    def __init__(self, tokenizer_file: str | Path, max_length: int, prompt: str = ""):
+    def __init__(self, tokenizer_file: str | Path, max_length: int, prompt: str = "", vocab_size: int | None = None):
         self.tokenizer_file = str(tokenizer_file)
         self.max_length = max_length
         self.prompt = prompt
+        self.vocab_size = vocab_size  # the model's embedding rows: token ids must be below it
         self._tokenizer = Tokenizer.from_file(self.tokenizer_file)
         self._tokenizer.no_padding()
         self._tokenizer.enable_truncation(max_length)
 
     def __reduce__(self):  # rebuilt from its file in worker processes
-        return TextTokenizer, (self.tokenizer_file, self.max_length, self.prompt)
+        return TextTokenizer, (self.tokenizer_file, self.max_length, self.prompt, self.vocab_size)
+
+    @functools.cached_property
+    def fingerprint(self) -> str:
+        """Names the token ids this tokenizer makes: a hash of its tokenizer.json and its max length."""
+        digest = hashlib.sha256(Path(self.tokenizer_file).read_bytes()).hexdigest()[:16]
+        return f"sha256:{digest}/max_length:{self.max_length}"
+
+    @functools.cached_property
+    def last_special_id(self) -> int | None:
+        """The special token the tokenizer ends every sequence with ([SEP], <|endoftext|>), if any:
+        cutting token ids to max_length keeps it last, as the tokenizer's own truncation does."""
+        with_text = self._tokenizer.encode("a").ids
+        specials = set(self._tokenizer.encode("").ids)  # an empty text is its special tokens alone
+        return with_text[-1] if with_text and with_text[-1] in specials else None
 
     def encode(self, texts: list[str]) -> tuple[list[list[int]], list[bool]]:
         """Returns the token ids of each text and whether it was truncated."""
+        encodings = self._encodings(texts)
+        return [e.ids for e in encodings], [bool(e.overflowing) for e in encodings]
+
+    def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """token ids [sum(lengths)] int32 end to end, lengths [len(texts)] int32, truncated [len(texts)] bool."""
+        encodings = self._encodings(texts)
+        ids = [e.ids for e in encodings]
+        lengths = np.fromiter(map(len, ids), dtype=np.int32, count=len(ids))
+        flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=int(lengths.sum()))
+        return flat, lengths, np.fromiter((bool(e.overflowing) for e in encodings), dtype=np.bool_, count=len(ids))
+
+    def _encodings(self, texts: list[str]) -> list[Encoding]:
         texts = [self.prompt + t for t in texts]
         first_cut = self.max_length * CUT_CHARS_PER_TOKEN
-        encodings = self._tokenizer.encode_batch([t[:first_cut] for t in texts])
+        # encode_batch_fast skips the character offsets (~15% faster); only word_ids are needed, and only
+        # for texts longer than the first cut, which are encoded again in full below
+        encode_batch = getattr(self._tokenizer, "encode_batch_fast", self._tokenizer.encode_batch)
+        encodings = encode_batch([t[:first_cut] for t in texts])
         for i, text in enumerate(texts):
-            cut = first_cut
-            while len(text) > cut and not keeps_whole_text_tokens(encodings[i]):
-                cut *= 2
-                encodings[i] = self._tokenizer.encode(text[:cut])
-        return [e.ids for e in encodings], [bool(e.overflowing) for e in encodings]
+            if len(text) > first_cut:
+                encodings[i] = self._encode_prefix(text, first_cut)
+        return encodings
+
+    def _encode_prefix(self, text: str, cut: int) -> Encoding:
+        """The text's kept tokens, from the shortest prefix of cut * 2^k characters that provably holds them."""
+        encoding = self._tokenizer.encode(text[:cut])
+        while len(text) > cut and not keeps_whole_text_tokens(encoding):
+            cut *= 2
+            encoding = self._tokenizer.encode(text[:cut])
+        return encoding
 
 
 def keeps_whole_text_tokens(prefix: Encoding) -> bool:

@@ -71,8 +71,8 @@ def assert_same_output(output: Path, reference: Path) -> None:
     assert json.loads((output / "job.json").read_text()) == json.loads((reference / "job.json").read_text())
 
 
-def index_command(*args) -> list[str]:
-    return [sys.executable, "-m", "embedpipe.cli.main", "index", *map(str, args)]
+def index_command(*args, command: str = "index") -> list[str]:
+    return [sys.executable, "-m", "embedpipe.cli.main", command, *map(str, args)]
 
 
 def run_index(*args, timeout=300) -> subprocess.CompletedProcess:

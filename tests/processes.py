@@ -33,14 +33,16 @@ def wait_until_gone(pids: list[int], timeout: float = 10.0) -> bool:
     return True
 
 
-def run_fast(*args, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(index_command(*args), capture_output=True, text=True, timeout=timeout, env=FAST_ENV)
+def run_fast(*args, timeout: float = 300, command: str = "index") -> subprocess.CompletedProcess:
+    return subprocess.run(index_command(*args, command=command), capture_output=True, text=True, timeout=timeout,
+                          env=FAST_ENV)
 
 
-def start_index(*args) -> psutil.Popen:
-    """`embedpipe index ARGS` in a session of its own, so a signal to its process group reaches no test."""
-    return psutil.Popen(index_command(*args), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                        start_new_session=True, env=FAST_ENV)
+def start_index(*args, command: str = "index") -> psutil.Popen:
+    """`embedpipe index ARGS` (or another command) in a session of its own, so a signal to its process group
+    reaches no test."""
+    return psutil.Popen(index_command(*args, command=command), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                        text=True, start_new_session=True, env=FAST_ENV)
 
 
 def num_records(output: Path) -> int:
@@ -62,14 +64,14 @@ def spawned_children(pid: int) -> list[psutil.Process]:
     return [child for child in psutil.Process(pid).children() if "spawn_main" in " ".join(child.cmdline())]
 
 
-def assert_consistent(output: Path) -> dict:
+def assert_consistent(output: Path, folder: str = "embeddings") -> dict:
     """Each completion record's file is in place with the recorded rows, no other unit file is there
-    (a partial one at its final name), and no temporary file is left."""
-    done = completed_units(output)
+    (a partial one at its final name), and no temporary file is left. folder: a tokenize job's is tokens."""
+    done = completed_units(output, folder)
     assert len(done) == num_records(output), "a record without its file"
     for record in done.values():
-        assert pq.read_metadata(output / "embeddings" / record["file_name"]).num_rows == record["num_rows"]
-    visible = {path.name for path in (output / "embeddings").glob("[!.]*")}
+        assert pq.read_metadata(output / folder / record["file_name"]).num_rows == record["num_rows"]
+    visible = {path.name for path in (output / folder).glob("[!.]*")}
     assert visible == {record["file_name"] for record in done.values()}, "a unit file without its record"
     left = [str(path) for path in output.rglob(".*.tmp-*")]
     assert not left, f"temporary files left: {left}"

@@ -129,14 +129,14 @@ def test_a_tokenizer_that_raises_stops_the_job_with_its_cause(job, tmp_path, mon
 
     inputs, options = job
     calls = iter(range(100))
-    encode = TextTokenizer.encode
+    encode_flat = TextTokenizer.encode_flat  # what the job's tasks call
 
     def encode_until_the_fourth_chunk(self, texts):
         if next(calls) == 3:
             raise RuntimeError("the tokenizer broke")
-        return encode(self, texts)
+        return encode_flat(self, texts)
 
-    monkeypatch.setattr(TextTokenizer, "encode", encode_until_the_fourth_chunk)  # in-process: --workers 0
+    monkeypatch.setattr(TextTokenizer, "encode_flat", encode_until_the_fourth_chunk)  # in-process: --workers 0
     result = CliRunner().invoke(app, ["index", str(inputs), "--output", str(tmp_path / "out"), *map(str, options),
                                       "--workers", "0"])
     assert result.exit_code == 1

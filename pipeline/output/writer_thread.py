@@ -1,0 +1,61 @@
+"""One background thread for a job's file writes and commits, run in the order they were submitted.
+
+Parquet encoding, the writes and fsync release the GIL, so the main thread keeps the engine fed
+while a unit file is written and committed. The first error stops the thread's work: it is raised
+in the caller's thread by the next submit() or by wait(). stop() ends the thread at once, dropping
+what is queued (the caller then aborts the files that were not committed).
+"""
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Callable
+
+MAX_QUEUED = 64  # writes waiting: a submit past this waits (the writes bound the job's memory)
+
+
+class WriterThread:
+    def __init__(self, max_queued: int = MAX_QUEUED):
+        self._queue: queue.Queue = queue.Queue(max_queued)
+        self._error: BaseException | None = None
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="embedpipe-writer", daemon=True)
+        self._thread.start()
+
+    def submit(self, work: Callable, *args) -> None:
+        """Queues work(*args); raises the error of earlier work, if any."""
+        self._raise_error()
+        self._queue.put((work, args))
+
+    def wait(self) -> None:
+        """Returns once everything submitted has run; raises the first error."""
+        done = threading.Event()
+        self._queue.put((done.set, ()))
+        while not done.wait(0.1) and self._error is None:  # after an error, no more work runs
+            pass
+        self._raise_error()
+
+    def close(self) -> None:
+        """Runs what is queued, ends the thread and raises the first error."""
+        self._queue.put(None)
+        self._thread.join()
+        self._raise_error()
+
+    def stop(self) -> None:
+        """Ends the thread after the work it is running; what is queued is dropped."""
+        self._stopping = True
+        self._queue.put(None)
+        self._thread.join()
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            work, args = item
+            if self._error is None and not self._stopping:
+                try:
+                    work(*args)
+                except BaseException as error:  # raised in the caller's thread
+                    self._error = error
+
+    def _raise_error(self) -> None:
+        if self._error is not None:
+            raise self._error
