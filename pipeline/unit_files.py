@@ -75,7 +75,7 @@ class UnitFilesRunner:
             self._finish()
             self.writer.close()
         except BaseException:
-            self.writer.stop()
+            self.writer.close(raise_error=False)  # units that ended before the failure are committed
             for slot in [*self.slots.values(), *self.committing]:  # no partial file survives; done units stay
                 if not slot.committed:
                     slot.abort()

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from corpus import variant_texts, write_corpus
 from embedpipe.cli.main import app
-from embedpipe.pipeline import runner
+from embedpipe.pipeline import unit_files
 
 NUM_UNITS = 16
 ROWS_PER_UNIT = 100
@@ -30,8 +30,8 @@ def test_heap_after_each_unit_does_not_grow_with_the_rows(tmp_path, tiny_model, 
         gc.collect()
         held.append(tracemalloc.get_traced_memory()[0] + pa.total_allocated_bytes())
 
-    mark_done = runner.mark_done
-    monkeypatch.setattr(runner, "mark_done", mark_done_and_measure)
+    mark_done = unit_files.mark_done
+    monkeypatch.setattr(unit_files, "mark_done", mark_done_and_measure)
     tracemalloc.start()
     try:
         result = CliRunner().invoke(app, ["index", str(tmp_path / "in"), "--output", str(tmp_path / "out"),

@@ -2,8 +2,9 @@
 
 Parquet encoding, the writes and fsync release the GIL, so the main thread keeps the engine fed
 while a unit file is written and committed. The first error stops the thread's work: it is raised
-in the caller's thread by the next submit() or by wait(). stop() ends the thread at once, dropping
-what is queued (the caller then aborts the files that were not committed).
+in the caller's thread by the next submit(), by wait() or by close(). When the caller fails, close()
+without raising still runs what is queued, so a unit that had ended before the failure is committed
+(the caller then aborts the files that were not).
 """
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ class WriterThread:
     def __init__(self, max_queued: int = MAX_QUEUED):
         self._queue: queue.Queue = queue.Queue(max_queued)
         self._error: BaseException | None = None
-        self._stopping = False
         self._thread = threading.Thread(target=self._run, name="embedpipe-writer", daemon=True)
         self._thread.start()
 
@@ -35,22 +35,17 @@ class WriterThread:
             pass
         self._raise_error()
 
-    def close(self) -> None:
-        """Runs what is queued, ends the thread and raises the first error."""
+    def close(self, raise_error: bool = True) -> None:
+        """Runs what is queued, ends the thread and (unless told not to) raises the first error."""
         self._queue.put(None)
         self._thread.join()
-        self._raise_error()
-
-    def stop(self) -> None:
-        """Ends the thread after the work it is running; what is queued is dropped."""
-        self._stopping = True
-        self._queue.put(None)
-        self._thread.join()
+        if raise_error:
+            self._raise_error()
 
     def _run(self) -> None:
         while (item := self._queue.get()) is not None:
             work, args = item
-            if self._error is None and not self._stopping:
+            if self._error is None:
                 try:
                     work(*args)
                 except BaseException as error:  # raised in the caller's thread
