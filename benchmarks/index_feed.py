@@ -123,6 +123,11 @@ def run_index(corpus: Path, folder: Path, output: Path, args, timeout: float, co
     device = ["--device", args.device, *shlex.split(args.index_args)] if command_name == "index" else []
     command = [sys.executable, "-m", "embedpipe.cli.main", command_name, str(corpus), "--output", str(output),
                "--model", str(folder), "--quiet", *device, *extra]
+    if args.py_spy is not None and command_name == "index" and not extra:  # the main process, from texts
+        args.py_spy.mkdir(parents=True, exist_ok=True)
+        profile = args.py_spy / f"py-spy-index-{folder.name}.txt"
+        command = ["py-spy", "record", "--nonblocking", "--threads", "-r", "100", "-f", "raw", "-o", str(profile),
+                   "--", *command]
     start = time.perf_counter()
     code, _, err, (gpu, cpu) = run_process(
         command, timeout, lambda pid: (Sampler(pid, args.device.startswith("cuda")), CpuSampler(pid)))
@@ -138,7 +143,8 @@ def run_index(corpus: Path, folder: Path, output: Path, args, timeout: float, co
 def index_figures(metrics: dict, wall: float, samples: dict, cpu: CpuSampler) -> dict:
     """The job's rates (its own clock), its wall time and what its processes cost per row and per token."""
     workers_s = sum(cpu.children_s.values())
-    return {"rows": metrics["rows"], "tokens": metrics["tokens"], "job_s": metrics["seconds"], "wall_s": wall,
+    phases = {key: metrics.get(key) for key in ("start_s", "finish_s", "index_build_s", "host_cpu_s")}
+    return {**phases, "rows": metrics["rows"], "tokens": metrics["tokens"], "job_s": metrics["seconds"], "wall_s": wall,
             "wall_minus_job_s": wall - metrics["seconds"], "tokens_per_s": metrics["tokens_per_s"],
             "rows_per_s": metrics["rows"] / metrics["seconds"], "padding_waste": metrics.get("padding_waste"),
             "truncated_texts": metrics["truncated_texts"],
@@ -284,6 +290,10 @@ def headline(run: dict) -> str:
         line += "" if busy is None else f", GPU busy {busy:.0%}"
         line += f", main {run['main_us_per_row']:.1f} µs/row"
         line += "" if per_token is None else f", workers {per_token:.3f} µs/token ({run['child_processes']} processes)"
+        if run.get("start_s") is not None:
+            cpu = run.get("host_cpu_s") or {}
+            line += (f", start {run['start_s']:.1f} s, finish {run['finish_s']:.1f} s (index {run.get('index_build_s') or 0:.1f})"
+                     f", main thread {cpu.get('main_thread', 0):.1f} s, writer {cpu.get('writer_thread', 0):.1f} s CPU")
     return line + (f", clocks {run['clocks']}" if run.get("clocks") else "")
 
 
@@ -418,6 +428,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=default_workers(), help="tokenizer-pool processes")
     parser.add_argument("--time-budget-s", type=float, default=540, help="skip the runs that would end later")
     parser.add_argument("--quick", action="store_true", help="500 rows, minilm, 1 round (a smoke test)")
+    parser.add_argument("--py-spy", type=Path, default=None, help="profile each index-from-texts run's main "
+                        "process (py-spy record --threads, raw stacks) into this folder")
     parser.add_argument("--out", type=Path, default=Path("out/index-feed"))
     parser.add_argument("--child", choices=("engine", "tokenizer-pool"), help=argparse.SUPPRESS)
     parser.add_argument("--corpus", type=Path, help=argparse.SUPPRESS)

@@ -65,14 +65,16 @@ class CudaRunner:
     """forward(ids, positions, seq_ids, cu_seqlens) -> [num_slots, width] on the device, run lazily."""
 
     def __init__(self, forward: Callable, attn: AttentionBackend, device: torch.device, graphs: GraphConfig,
-                 out_dtype: torch.dtype, out_width: int):
+                 out_dtype: torch.dtype, out_width: int, spin_wait: bool = True):
         if not attn.graph_safe:
             graphs = GraphConfig(enabled=False)
         self.forward, self.attn, self.device = forward, attn, device
         self.graphs = GraphCache(graphs)
         self.pool = torch.cuda.graph_pool_handle()
-        self.staging = PinnedSlots(torch.int32)
-        self.outputs = PinnedSlots(out_dtype, (out_width,))
+        # a blocking event makes a waiting host thread sleep instead of spin (EngineConfig.spin_wait)
+        make_event = lambda: torch.cuda.Event(blocking=not spin_wait)
+        self.staging = PinnedSlots(torch.int32, make_event=make_event)
+        self.outputs = PinnedSlots(out_dtype, (out_width,), make_event=make_event)
 
     @property
     def counters(self):

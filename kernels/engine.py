@@ -30,6 +30,9 @@ class EngineConfig:
     output_dtype: str = "float32"  # float32 | float16 | int8 | binary
     attention: str = "auto"  # CUDA attention backend (the CPU always runs exact per-sequence SDPA)
     graphs: GraphConfig = field(default_factory=GraphConfig)
+    # How the host waits for a batch on CUDA: spinning (the lowest latency, one core kept busy) or
+    # sleeping until the device signals (the index job: that core goes to its tokenizer workers)
+    spin_wait: bool = True
 
     def __post_init__(self):
         if self.dtype is not None and self.dtype not in DTYPES:
@@ -103,7 +106,7 @@ class Engine:
             torch.set_num_threads(1)
             from .cuda_runner import CudaRunner
             self.runner = CudaRunner(self.forward, self.attn, self.device, config.graphs,
-                                     self.output.torch_dtype, self.output.width)
+                                     self.output.torch_dtype, self.output.width, config.spin_wait)
 
     def _attention(self):
         spec = attention_spec(self.folder)

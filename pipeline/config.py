@@ -193,8 +193,9 @@ def job_config(options: IndexOptions) -> JobConfig:
     on_cpu = devices.kind == "cpu" if devices else _device_type(o.device) == "cpu"
     max_batch_tokens = o.max_batch_tokens or (CPU_BATCH_TOKENS if on_cpu else BatcherConfig().max_batch_tokens)
     graphs = GraphConfig(max_graph_tokens=max(max_batch_tokens, GraphConfig().max_graph_tokens))
+    # the host sleeps while a batch runs: on a GPU its core goes to the tokenizer workers
     engine = EngineConfig(model=o.model, device=o.device, dtype=o.precision, dim=o.dim,
-                          output_dtype=o.dtype, graphs=graphs)
+                          output_dtype=o.dtype, graphs=graphs, spin_wait=False)
     return JobConfig(
         inputs=tuple(o.inputs), output=Path(o.output),
         columns=ColumnSpec(o.text_column, o.id_column, split_names(o.keep_columns), o.token_ids_column),

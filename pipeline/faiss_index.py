@@ -141,11 +141,12 @@ def _prepare(values: np.ndarray, binary: bool, cosine: bool) -> np.ndarray:
     """FAISS input: contiguous uint8 codes, or float32 (L2-normalised for cosine)."""
     if binary:
         return np.ascontiguousarray(values, dtype=np.uint8)
-    vectors = np.array(values, dtype=np.float32, order="C")  # a writable copy
-    if cosine:
-        import faiss
+    if not cosine:  # FAISS copies what it adds: float32 straight from the file needs no copy of its own
+        return np.ascontiguousarray(values, dtype=np.float32)
+    import faiss
 
-        faiss.normalize_L2(vectors)
+    vectors = np.array(values, dtype=np.float32, order="C")  # a writable copy, normalised in place
+    faiss.normalize_L2(vectors)
     return vectors
 
 

@@ -3,6 +3,7 @@ embed the pending units (one engine here, one process per device, or a Ray clust
 (rejected.parquet, the FAISS index when the whole job is done, metrics.json)."""
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ContextManager, Protocol
@@ -56,6 +57,7 @@ class Embedder(Protocol):
 
 def run_job(job: JobConfig) -> JobResult:
     """The whole job, holding OUTPUT's lock (raises OutputLocked when another run holds it)."""
+    entered = time.perf_counter()
     spec, tokenizer = job_tokenizer(job)
     with open_embedder(job, tokenizer) as embedder:  # loads the engine, checks the devices or joins Ray: before any output
         job.output.mkdir(parents=True, exist_ok=True)
@@ -64,7 +66,7 @@ def run_job(job: JobConfig) -> JobResult:
             with Progress(expected_rows(prepared.pending), job.quiet) as progress:
                 _log_start(progress, prepared)
                 reports = embedder.embed(prepared, progress)
-                return finish_job(prepared, reports, progress)
+                return finish_job(prepared, reports, progress, start_s=progress.start - entered)
 
 
 def open_embedder(job: JobConfig, tokenizer: TextTokenizer) -> ContextManager[Embedder]:
@@ -145,10 +147,14 @@ def plan_units(job: JobConfig, settings: dict, folder: str = "embeddings") -> tu
     return units, mine, pending, done_before, bad_listing
 
 
-def finish_job(prepared: PreparedJob, reports: list[EngineReport], progress: Progress) -> JobResult:
-    """Writes rejected.parquet, the index (once every unit of an unsharded job is done) and metrics.json."""
+def finish_job(prepared: PreparedJob, reports: list[EngineReport], progress: Progress, start_s: float = 0.0) -> JobResult:
+    """Writes rejected.parquet, the index (once every unit of an unsharded job is done) and metrics.json.
+
+    metrics' seconds is the job clock (embedding); start_s, before it (model, workers, listing);
+    finish_s, after it (this function: the index build, index_build_s, and the job's files)."""
     job, units, mine = prepared.job, prepared.units, prepared.mine
     metrics = run_metrics(reports, progress.seconds)
+    finishing = time.perf_counter()
     metrics["bad_files"] = ([{"path": p, "error": e} for p, e in prepared.bad_listing]
                             + [bad for report in reports for bad in report.bad_files])
     done = completed_units(job.output)
@@ -159,9 +165,12 @@ def finish_job(prepared: PreparedJob, reports: list[EngineReport], progress: Pro
     metrics["output_rows"] = sum(record["num_rows"] for record in done.values())
     metrics["output_rejected_rows"] = write_rejected_table(job.output)
     if not job.sharded and units and not missing:
+        building = time.perf_counter()
         meta = index_outputs([job.output], job.output, job.index_factory, prepared.settings)
         metrics["index"] = {key: meta.get(key)
                             for key in ("factory", "metric", "num_rows", "dimension", "duplicate_ids")}
+        metrics["index_build_s"] = time.perf_counter() - building
+    metrics["start_s"], metrics["finish_s"] = start_s, time.perf_counter() - finishing
     write_metrics(job.output, metrics)
     progress.log(summary(metrics, job.output))
     if missing:  # every unit ends done or in a raised error

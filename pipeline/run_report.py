@@ -22,6 +22,8 @@ class EngineReport:
     graphs: dict[str, int] = field(default_factory=lambda: GraphCounters().as_dict())  # eager runs, captures, replays
     bad_files: list[dict] = field(default_factory=list)
     out_of_memory_splits: int = 0  # batches split in two after the device ran out of memory
+    main_thread_cpu_s: float = 0.0  # CPU time of the thread that fed the engine, and of its writer thread
+    writer_thread_cpu_s: float = 0.0
 
     def __add__(self, other: EngineReport) -> EngineReport:
         """Both reports summed, under this report's device."""
@@ -29,7 +31,9 @@ class EngineReport:
         return EngineReport(self.device, self.units + other.units, self.rows + other.rows,
                             self.tokens + other.tokens, self.rejected + other.rejected,
                             self.truncated + other.truncated, self.batches + other.batches, graphs,
-                            self.bad_files + other.bad_files, self.out_of_memory_splits + other.out_of_memory_splits)
+                            self.bad_files + other.bad_files, self.out_of_memory_splits + other.out_of_memory_splits,
+                            self.main_thread_cpu_s + other.main_thread_cpu_s,
+                            self.writer_thread_cpu_s + other.writer_thread_cpu_s)
 
 
 def run_metrics(reports: list[EngineReport], seconds: float) -> dict:
@@ -40,5 +44,6 @@ def run_metrics(reports: list[EngineReport], seconds: float) -> dict:
             "truncated_texts": total.truncated, "padding_waste": total.batches.padding_waste,
             "batches": total.batches.batches, "seconds": seconds, "tokens_per_s": total.tokens / seconds,
             "embeddings_per_s": total.rows / seconds, "out_of_memory_splits": total.out_of_memory_splits,
+            "host_cpu_s": {"main_thread": total.main_thread_cpu_s, "writer_thread": total.writer_thread_cpu_s},
             "engine": {**total.graphs, "device": ", ".join(report.device for report in reports)},
             "engines": [{"device": r.device, "units": r.units, "rows": r.rows, "tokens": r.tokens} for r in reports]}

@@ -9,6 +9,7 @@ manifest record written. A failure aborts every open unit's files; done units st
 """
 from __future__ import annotations
 
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +52,8 @@ class RunCounts:
     rejected: int = 0
     truncated: int = 0
     bad_files: list[dict] = field(default_factory=list)
+    main_thread_cpu_s: float = 0.0  # CPU time of the thread that ran the units, and of its writer thread
+    writer_thread_cpu_s: float = 0.0
 
 
 class UnitFilesRunner:
@@ -69,11 +72,14 @@ class UnitFilesRunner:
     def run(self, chunks: Iterable[Chunk]) -> RunCounts:
         """Writes the units of `chunks` (read_and_tokenize's, or the same made elsewhere)."""
         self.writer = WriterThread()
+        started = time.thread_time()
         try:
             for chunk in chunks:
                 self._accept(chunk)
             self._finish()
             self.writer.close()
+            self.counts.main_thread_cpu_s += time.thread_time() - started
+            self.counts.writer_thread_cpu_s += self.writer.cpu_s
         except BaseException:
             self.writer.close(raise_error=False)  # units that ended before the failure are committed
             for slot in [*self.slots.values(), *self.committing]:  # no partial file survives; done units stay

@@ -26,3 +26,4 @@ class StampedReplies:
     def run(self, tokenizer: TextTokenizer):
         for _ in range(self.count):
             yield time.monotonic()
+

@@ -224,3 +224,4 @@ def test_a_worker_sends_at_most_max_unread_replies_ahead_of_the_caller(tokenizer
         assert consumed_at[i][0] >= consumed_at[i - max_unread - 1][1] + 0.04
     if max_unread > 1:  # and it does run ahead up to the limit
         assert any(consumed_at[i][0] < consumed_at[i - 1][1] for i in range(1, 12))
+

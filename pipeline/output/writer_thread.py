@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from typing import Callable
 
 MAX_QUEUED = 64  # writes waiting: a submit past this waits (the writes bound the job's memory)
@@ -19,6 +20,7 @@ class WriterThread:
     def __init__(self, max_queued: int = MAX_QUEUED):
         self._queue: queue.Queue = queue.Queue(max_queued)
         self._error: BaseException | None = None
+        self.cpu_s = 0.0  # the thread's CPU time, once closed
         self._thread = threading.Thread(target=self._run, name="embedpipe-writer", daemon=True)
         self._thread.start()
 
@@ -50,6 +52,7 @@ class WriterThread:
                     work(*args)
                 except BaseException as error:  # raised in the caller's thread
                     self._error = error
+        self.cpu_s = time.thread_time()
 
     def _raise_error(self) -> None:
         if self._error is not None:
