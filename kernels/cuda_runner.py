@@ -20,7 +20,7 @@ from .batch import Batch
 from .graph_cache import GraphCache, GraphConfig
 from .lazy_tensor import LazyTensor
 
-NUM_SLOTS = 3  # two batches in flight, plus the one being prepared
+NUM_SLOTS = 4  # up to three batches in flight (the index job), plus the one being prepared
 
 
 class PinnedSlots:

@@ -66,7 +66,8 @@ def run_job(job: JobConfig) -> JobResult:
             with Progress(expected_rows(prepared.pending), job.quiet) as progress:
                 _log_start(progress, prepared)
                 reports = embedder.embed(prepared, progress)
-                return finish_job(prepared, reports, progress, start_s=progress.start - entered)
+                return finish_job(prepared, reports, progress, progress.start - entered,
+                                  getattr(embedder, "in_memory", None))
 
 
 def open_embedder(job: JobConfig, tokenizer: TextTokenizer) -> ContextManager[Embedder]:
@@ -105,6 +106,7 @@ class LocalEngine:
         runner = UnitRunner(self.job, self.engine, progress)
         runner.run(read_and_tokenize(self.job, self.pool, prepared.pending))
         self.pool.close()  # its workers' memory is free for the index build
+        self.in_memory = runner.in_memory
         return [runner.report()]
 
 
@@ -147,9 +149,11 @@ def plan_units(job: JobConfig, settings: dict, folder: str = "embeddings") -> tu
     return units, mine, pending, done_before, bad_listing
 
 
-def finish_job(prepared: PreparedJob, reports: list[EngineReport], progress: Progress, start_s: float = 0.0) -> JobResult:
+def finish_job(prepared: PreparedJob, reports: list[EngineReport], progress: Progress, start_s: float = 0.0,
+               in_memory: dict | None = None) -> JobResult:
     """Writes rejected.parquet, the index (once every unit of an unsharded job is done) and metrics.json.
 
+    in_memory: the vectors of this run's unit files, as the in-process engine kept them (build_index).
     metrics' seconds is the job clock (embedding); start_s, before it (model, workers, listing);
     finish_s, after it (this function: the index build, index_build_s, and the job's files)."""
     job, units, mine = prepared.job, prepared.units, prepared.mine
@@ -166,7 +170,7 @@ def finish_job(prepared: PreparedJob, reports: list[EngineReport], progress: Pro
     metrics["output_rejected_rows"] = write_rejected_table(job.output)
     if not job.sharded and units and not missing:
         building = time.perf_counter()
-        meta = index_outputs([job.output], job.output, job.index_factory, prepared.settings)
+        meta = index_outputs([job.output], job.output, job.index_factory, prepared.settings, in_memory)
         metrics["index"] = {key: meta.get(key)
                             for key in ("factory", "metric", "num_rows", "dimension", "duplicate_ids")}
         metrics["index_build_s"] = time.perf_counter() - building

@@ -81,8 +81,10 @@ def read_settings(output_dir: Path) -> dict:
     return json.loads(path.read_text())
 
 
-def index_outputs(output_dirs: list[Path], index_dir: Path, factory: str, settings: dict) -> dict:
-    """Builds the FAISS index of the outputs' completed units into index_dir, unless it is current."""
+def index_outputs(output_dirs: list[Path], index_dir: Path, factory: str, settings: dict,
+                  in_memory: dict | None = None) -> dict:
+    """Builds the FAISS index of the outputs' completed units into index_dir, unless it is current
+    (in_memory: vectors of some unit files, held by the job that wrote them; see build_index)."""
     done = [record for d in output_dirs for record in completed_units(d).values()]
     extra = {**settings, "num_units": len(done)}
     num_rows = sum(record["num_rows"] for record in done)
@@ -94,7 +96,8 @@ def index_outputs(output_dirs: list[Path], index_dir: Path, factory: str, settin
             return meta  # already built from these units with these settings
     normalized = bool(settings["normalize"]) and settings["dtype"] in FLOAT_DTYPES
     try:
-        return build_index(list(output_dirs), Path(index_dir), factory, normalized, extra_meta=extra)
+        return build_index(list(output_dirs), Path(index_dir), factory, normalized, extra_meta=extra,
+                           in_memory=in_memory)
     except ValueError as error:
         raise IndexBuildError(f"{error}. The embeddings are complete; build the index again with "
                               f"`embedpipe merge {' '.join(map(str, output_dirs))} --index-factory ...`") from error

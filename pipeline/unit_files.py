@@ -99,6 +99,9 @@ class UnitFilesRunner:
     def _finish(self) -> None:
         """After the last chunk: write every row still waiting."""
 
+    def _dropped(self, slot: UnitSlot) -> None:
+        """A unit given up on (a bad file): forget what was kept of it."""
+
     def _accept(self, chunk: Chunk) -> None:
         if chunk.unit.unit_id in self.skipped:
             return
@@ -138,6 +141,7 @@ class UnitFilesRunner:
         self.skipped.add(slot.unit.unit_id)
         self.writer.wait()  # its queued writes are done (or failed): nothing touches its files now
         slot.abort()
+        self._dropped(slot)
         if not (self.job.skip_bad_files and is_unreadable_file(error)):
             self._finish()  # the units before this one are finished and kept
             self.writer.wait()

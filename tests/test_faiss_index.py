@@ -141,3 +141,31 @@ def test_search_returns_kept_columns(tmp_path):
     assert len(hits) == 1 and len(hits[0]) == 3
     best = hits[0][0]
     assert (best["id"], best["title"], best["year"]) == ("d1", "y", 2002)
+
+
+@pytest.mark.parametrize("dtype_name,normalized", [("float32", True), ("float16", True), ("int8", False)])
+def test_vectors_held_in_memory_build_the_index_the_files_build(tmp_path, dtype_name, normalized):
+    """The job hands build_index the vectors it wrote (some units, in row groups): same index, byte for byte."""
+    import faiss
+
+    vectors = unit_vectors(700, 16)
+    vectors = np.round(vectors * 127).astype(np.int8) if dtype_name == "int8" else vectors.astype(dtype_name)
+    write_units(tmp_path / "out", vectors, 256, dtype_name)
+    files = sorted((tmp_path / "out" / "embeddings").glob("*.parquet"))
+    in_memory = {files[0]: [vectors[:100], vectors[100:256]], files[2]: [vectors[512:]]}  # units 0 and 2
+    build_index([tmp_path / "out"], tmp_path / "from-files", normalized=normalized)
+    build_index([tmp_path / "out"], tmp_path / "from-memory", normalized=normalized, in_memory=in_memory)
+    for name in ("index_ids.parquet", "index.json"):
+        assert (tmp_path / "from-files" / name).read_bytes() == (tmp_path / "from-memory" / name).read_bytes()
+    ours, theirs = (faiss.read_index(str(tmp_path / folder / "index.faiss")) for folder in ("from-memory", "from-files"))
+    assert ours.ntotal == theirs.ntotal == 700
+    assert np.array_equal(ours.reconstruct_n(0, 700), theirs.reconstruct_n(0, 700))
+
+
+def test_build_index_takes_a_units_vectors_from_memory_when_given(tmp_path):
+    vectors = unit_vectors(300, 16)
+    write_units(tmp_path / "out", vectors, 200)
+    first = sorted((tmp_path / "out" / "embeddings").glob("*.parquet"))[0]
+    build_index([tmp_path / "out"], tmp_path / "index", in_memory={first: [np.zeros((200, 16), np.float32)]})
+    index = SearchIndex.load(tmp_path / "index").index
+    assert not index.reconstruct_n(0, 200).any() and np.array_equal(index.reconstruct_n(200, 100), vectors[200:])
