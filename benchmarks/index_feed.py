@@ -123,11 +123,11 @@ def run_index(corpus: Path, folder: Path, output: Path, args, timeout: float, co
     device = ["--device", args.device, *shlex.split(args.index_args)] if command_name == "index" else []
     command = [sys.executable, "-m", "embedpipe.cli.main", command_name, str(corpus), "--output", str(output),
                "--model", str(folder), "--quiet", *device, *extra]
-    if args.py_spy is not None and command_name == "index" and not extra:  # the main process, from texts
+    if args.py_spy is not None and command_name == "index":  # the main process, native frames too
         args.py_spy.mkdir(parents=True, exist_ok=True)
-        profile = args.py_spy / f"py-spy-index-{folder.name}.txt"
-        command = ["py-spy", "record", "--nonblocking", "--threads", "-r", "100", "-f", "raw", "-o", str(profile),
-                   "--", *command]
+        profile = args.py_spy / f"py-spy-index{'-ids' if extra else ''}-{folder.name}.txt"
+        command = ["py-spy", "record", "--threads", "--native", "-r", "100", "-f", "raw",  # pauses it per sample
+                   "-o", str(profile), "--", *command]
     start = time.perf_counter()
     code, _, err, (gpu, cpu) = run_process(
         command, timeout, lambda pid: (Sampler(pid, args.device.startswith("cuda")), CpuSampler(pid)))
@@ -381,7 +381,7 @@ def measure_model(model: str, corpus: Path, work: Path, args, results: dict, clo
     """The model's rounds, systems alternating within each; results are written after every run."""
     runs, folder = results["runs"], None
     for round_index in range(args.rounds):
-        for system in SYSTEMS:
+        for system in args.systems:
             run = {"model": model, "system": system, "round": round_index + 1}
             remaining = args.time_budget_s - (time.perf_counter() - clock)
             previous = [r["run_s"] for r in runs if r["model"] == model and r["system"] == system and "run_s" in r]
@@ -428,8 +428,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=default_workers(), help="tokenizer-pool processes")
     parser.add_argument("--time-budget-s", type=float, default=540, help="skip the runs that would end later")
     parser.add_argument("--quick", action="store_true", help="500 rows, minilm, 1 round (a smoke test)")
-    parser.add_argument("--py-spy", type=Path, default=None, help="profile each index-from-texts run's main "
-                        "process (py-spy record --threads, raw stacks) into this folder")
+    parser.add_argument("--py-spy", type=Path, default=None, help="profile each index run's main process "
+                        "(py-spy record --threads --native, raw stacks) into this folder")
+    parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS,
+                        help="the systems to run (tokenize first: index-ids and engine read its files)")
     parser.add_argument("--out", type=Path, default=Path("out/index-feed"))
     parser.add_argument("--child", choices=("engine", "tokenizer-pool"), help=argparse.SUPPRESS)
     parser.add_argument("--corpus", type=Path, help=argparse.SUPPRESS)

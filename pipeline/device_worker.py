@@ -97,6 +97,7 @@ def embed_units(job: JobConfig, plan: EnginePlan, units: Iterable[WorkUnit], pro
     tokenizer = make_tokenizer(model_spec(config), job.prompt, job.prompt_name)
     with TokenizerPool(tokenizer, plan.num_workers).start() as pool:  # its workers start while the engine loads
         engine = Engine(config)
+        engine.warm_up()
         ready()
         runner = UnitRunner(job, engine, progress)
         runner.run(read_and_tokenize(job, pool, units))

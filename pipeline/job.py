@@ -111,10 +111,13 @@ class LocalEngine:
 
 
 def load_engine(config: EngineConfig) -> Engine:
+    """The job's engine, warmed up before the job's clock starts (Engine.warm_up)."""
     try:
-        return Engine(config)
+        engine = Engine(config)
     except ValueError as error:  # a setting the model cannot take (dim)
         raise ConfigError(str(error)) from error
+    engine.warm_up()
+    return engine
 
 
 def job_tokenizer(job: JobConfig) -> tuple[ModelSpec, TextTokenizer]:

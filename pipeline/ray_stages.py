@@ -60,6 +60,7 @@ class EngineActor:
         if device == "cpu":
             torch.set_num_threads(1)  # the one CPU this actor reserved
         self.job, self.engine = job, Engine(replace(job.engine, device=device))
+        self.engine.warm_up()
         node = ray.util.get_node_ip_address()
         gpus = ray.get_gpu_ids()
         self.label = f"cuda:{gpus[0]} on {node}" if device == "cuda" else f"cpu on {node} (pid {os.getpid()})"
