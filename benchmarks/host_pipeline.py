@@ -88,7 +88,11 @@ def child(args) -> None:
     after_self, after_children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = lambda a, b: (b.ru_utime - a.ru_utime) + (b.ru_stime - a.ru_stime)
     m = result.metrics
-    print(json.dumps({"workers": args.workers, "rows": m["rows"], "tokens": m["tokens"], "job_s": m["seconds"],
+    host = m.get("host_cpu_s", {})  # the job's own breakdown (absent before 2026-12-01)
+    print(json.dumps({"version": args.version, "workers": args.workers, "rows": m["rows"], "tokens": m["tokens"],
+                      "job_s": m["seconds"], "feeding_thread_us_per_row": 1e6 * host["main_thread"] / m["rows"]
+                      if host else None, "writer_thread_us_per_row": 1e6 * host["writer_thread"] / m["rows"]
+                      if host else None, "index_build_s": m.get("index_build_s"),
                       "wall_s": wall, "main_cpu_s": cpu(before_self, after_self),
                       "workers_cpu_s": cpu(before_children, after_children),
                       "main_us_per_row": 1e6 * cpu(before_self, after_self) / m["rows"],
@@ -97,26 +101,29 @@ def child(args) -> None:
                       "rows_per_s": m["rows"] / m["seconds"], "tokens_per_s": m["tokens"] / m["seconds"]}))
 
 
-def run_child(corpus: Path, output: Path, workers: int, py_spy: Path | None) -> dict:
+def run_child(corpus: Path, output: Path, workers: int, py_spy: Path | None, version: str) -> dict:
     shutil.rmtree(output, ignore_errors=True)
     command = [sys.executable, __file__, "--child", "--corpus", str(corpus), "--output", str(output),
-               "--workers", str(workers)]
+               "--workers", str(workers), "--version", version]
     if py_spy is not None:  # the main process only: its workers are what it feeds on
         command = ["py-spy", "record", "--nonblocking", "-r", "200", "-f", "speedscope", "-o", str(py_spy), "--",
                    *command]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"host pipeline run failed ({done.returncode}):\n{done.stderr[-4000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads([line for line in done.stdout.splitlines() if line.startswith("{")][-1])  # py-spy talks too
 
 
 def table(runs: list[dict]) -> str:
-    lines = ["| workers | rows | main CPU µs/row | worker CPU µs/token | rows/s (job) | tokens/s (job) | wall s |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| code | workers | rows | main process CPU µs/row [min-max] | feeding thread µs/row | writer thread µs/row "
+             "| worker CPU µs/token | rows/s (job) | tokens/s (job) | wall s |", "|---|---|---|---|---|---|---|---|---|---|"]
+    cell = lambda value, fmt="{:.2f}": "-" if value is None else fmt.format(value)
     for r in runs:
-        per_token = "-" if r["worker_us_per_token"] is None else f"{r['worker_us_per_token']:.2f}"
-        lines.append(f"| {r['workers']} | {r['rows']:,} | {r['main_us_per_row']:.2f} | {per_token} | "
-                     f"{r['rows_per_s']:,.0f} | {r['tokens_per_s']:,.0f} | {r['wall_s']:.1f} |")
+        lines.append(f"| {r['version']} | {r['workers']} | {r['rows']:,} | {r['main_us_per_row']:.2f} "
+                     f"[{r['main_us_per_row_min']:.2f}-{r['main_us_per_row_max']:.2f}] | "
+                     f"{cell(r['feeding_thread_us_per_row'])} | {cell(r['writer_thread_us_per_row'])} | "
+                     f"{cell(r['worker_us_per_token'])} | {r['rows_per_s']:,.0f} | {r['tokens_per_s']:,.0f} | "
+                     f"{r['wall_s']:.1f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -128,6 +135,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="2,000 rows, one run per worker count (CI)")
     parser.add_argument("--py-spy", action="store_true", help="also profile the main process of one run each")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--version", default="this checkout", help="a label for the code measured (its runs' rows)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--corpus", help=argparse.SUPPRESS)
     parser.add_argument("--output", help=argparse.SUPPRESS)
@@ -147,7 +155,7 @@ def main() -> None:
                 spy = args.out / f"py-spy-main-{workers}w.json" if args.py_spy and round_index == 0 else None
                 if spy is not None:
                     args.out.mkdir(parents=True, exist_ok=True)
-                runs.append(run_child(corpus, work / "out", workers, spy))
+                runs.append(run_child(corpus, work / "out", workers, spy, args.version))
                 print(json.dumps(runs[-1]), flush=True)
         summary = summarise(runs)
         print(table(summary), end="")
@@ -166,8 +174,8 @@ def summarise(runs: list[dict]) -> list[dict]:
     for workers in sorted({r["workers"] for r in runs}):
         mine = [r for r in runs if r["workers"] == workers]
         median = {key: float(np.median([r[key] for r in mine])) if mine[0][key] is not None else None
-                  for key in mine[0] if key != "workers"}
-        median.update(workers=workers, rows=mine[0]["rows"], runs=len(mine),
+                  for key in mine[0] if key not in ("workers", "version")}
+        median.update(workers=workers, version=mine[0]["version"], rows=mine[0]["rows"], runs=len(mine),
                       main_us_per_row_min=min(r["main_us_per_row"] for r in mine),
                       main_us_per_row_max=max(r["main_us_per_row"] for r in mine))
         summary.append(median)

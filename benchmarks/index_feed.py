@@ -400,8 +400,37 @@ def measure_model(model: str, corpus: Path, work: Path, args, results: dict, clo
             print(f"[{run['elapsed_s']:6.1f} s] {model} {system} round {run['round']}: {headline(run)}", flush=True)
 
 
+COMBINED = (("index from texts, tokens/s", "tokens_per_s", "{:,.0f}"),
+            ("index from token ids, tokens/s", "ids_tokens_per_s", "{:,.0f}"),
+            ("engine alone", "engine_tokens_per_s", "{:,.0f}"),
+            ("tokenize (our pool)", "tokenize_tokens_per_s", "{:,.0f}"),
+            ("texts / min(engine, tokenize)", "e2e_over_min_engine_feed", "{:.2f}"),
+            ("token ids / engine", "ids_over_engine", "{:.2f}"),
+            ("GPU busy: texts, token ids", ("gpu_busy_while_embedding", "ids_gpu_busy_while_embedding"), "{:.0%}"),
+            ("wall - job clock: texts, token ids (s)", ("wall_minus_job_s", "ids_wall_minus_job_s"), "{:.1f}"))
+
+
+def combined_table(paths: list[Path]) -> str:
+    """One row per model from results.json files; a model in several files takes the last one's figures."""
+    picked = {}
+    for path in paths:
+        results = json.loads(path.read_text())
+        for model, figures in results["summary"].items():
+            picked[model] = (path, results, figures)
+    lines = ["| model | rows | " + " | ".join(label for label, _, _ in COMBINED) + " | results |",
+             "|---|---|" + "---|" * len(COMBINED) + "---|"]
+    for model, (path, results, figures) in picked.items():
+        cells = [" / ".join(cell(figures.get(k), fmt) for k in (key if isinstance(key, tuple) else (key,)))
+                 for _, key, fmt in COMBINED]
+        lines.append(f"| {model} | {results['corpus']['rows']:,} | " + " | ".join(cells) + f" | {path.parent.name} |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     args = parse_args()
+    if args.combine:
+        print(combined_table(args.combine), end="")
+        return
     if args.child:
         print(json.dumps(child_engine(args) if args.child == "engine" else child_pool(args)))
         return
@@ -433,6 +462,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS,
                         help="the systems to run (tokenize first: index-ids and engine read its files)")
     parser.add_argument("--out", type=Path, default=Path("out/index-feed"))
+    parser.add_argument("--combine", type=Path, nargs="+", help="print one table of these results.json files "
+                        "(the README's indexing table) and exit")
     parser.add_argument("--child", choices=("engine", "tokenizer-pool"), help=argparse.SUPPRESS)
     parser.add_argument("--corpus", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--folder", type=Path, help=argparse.SUPPRESS)
