@@ -29,7 +29,8 @@ def build_index(output_dirs: list[Path], index_dir: Path, factory: str = "Flat",
 
     in_memory: the vectors of some units' files ({file: its row groups' [rows, width] arrays}), as the
     job that just wrote them still holds them: decoding a file's fixed_size_list column again ran at
-    ~140 MB/s, most of the index build.
+    ~140 MB/s, most of the index build. Used by an index that needs no training; its lists are emptied
+    as their vectors are copied into the index, so the vectors are not held twice.
 
     Writes index.faiss, index_ids.parquet (row i: id and kept columns of FAISS id i, in the
     types of all units promoted to one) and index.json (returned) into `index_dir`, each
@@ -47,10 +48,12 @@ def build_index(output_dirs: list[Path], index_dir: Path, factory: str = "Flat",
     ids_schema = schema.remove(schema.get_field_index("embedding"))
     with AtomicParquetWriter(index_dir / "index_ids.parquet", ids_schema) as ids_file:
         num_rows, duplicate_ids = _copy_ids(files, ids_file)
-        chunks = lambda: _iter_vectors(files, binary, cosine, in_memory or {})
-        if not index.is_trained:
-            _train(index, _training_sample(chunks(), num_rows, train_size), used_factory)
-        _add_all(index, chunks(), num_rows)
+        if not index.is_trained:  # two passes: the sample, then the vectors (from the files both times)
+            in_memory = None
+            _train(index, _training_sample(_iter_vectors(files, binary, cosine, {}), num_rows, train_size),
+                   used_factory)
+        # the vectors held in memory are let go as they are copied into the index: its memory, not twice
+        _add_all(index, _iter_vectors(files, binary, cosine, dict(in_memory or {})), num_rows)
         _write_faiss(index, index_dir / "index.faiss", binary)
     meta = {**(extra_meta or {}), "factory": used_factory, "dimension": index.d,
             "metric": "hamming" if binary else "cosine" if cosine else "inner_product",
@@ -138,7 +141,9 @@ def _iter_vectors(files: list[Path], binary: bool, cosine: bool,
                   in_memory: dict[Path, list[np.ndarray]]) -> Iterator[np.ndarray]:
     for path in files:
         if path in in_memory:
-            yield from (_prepare(values, binary, cosine) for values in in_memory[path])
+            chunks = in_memory.pop(path)
+            while chunks:
+                yield _prepare(chunks.pop(0), binary, cosine)
             continue
         for batch in pq.ParquetFile(path).iter_batches(READ_BATCH_ROWS, columns=["embedding"]):
             vectors = batch.column(0)

@@ -9,6 +9,7 @@ first out, so results come back in input order and each unit's file is written f
 """
 from __future__ import annotations
 
+import os
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,9 +64,11 @@ class UnitRunner(UnitFilesRunner):
         self.oom = SplitOnOutOfMemory(engine, job.batching.policy, self.batcher.pad_token_id, describe_row)
         self.in_flight: deque[tuple[Batch, LazyTensor]] = deque()
         # a Flat index holds every vector in memory anyway: keep the written ones for its build
-        # ({unit file: its chunks' vectors}), instead of decoding them from the files again
+        # ({unit file: its chunks' vectors}), instead of decoding them from the files again; past
+        # max_in_memory_bytes they are dropped and the build reads the files
         self.in_memory: dict[Path, list[np.ndarray]] | None = \
             {} if job.index_factory == "Flat" and not job.sharded else None
+        self.in_memory_bytes, self.max_in_memory_bytes = 0, in_memory_budget()
 
     def report(self) -> EngineReport:
         c = self.counts
@@ -90,11 +93,21 @@ class UnitRunner(UnitFilesRunner):
     def _drain(self, flush: bool) -> None:
         """Submits every full batch (with flush, every queued sequence); collects all but the newest."""
         while (batch := self.batcher.next_batch(flush=flush)) is not None:
-            self.in_flight.append((batch, self.oom.step(batch)))
+            self.in_flight.append((batch, self._step(batch)))
             if len(self.in_flight) == MAX_IN_FLIGHT:  # the next batches are queued: now wait for batch N
                 self._collect(*self.in_flight.popleft())
         while flush and self.in_flight:
             self._collect(*self.in_flight.popleft())
+
+    def _step(self, batch: Batch) -> LazyTensor:
+        """oom.step; when it fails, the batches before it are collected first, so the units they
+        complete are written and kept (the job then stops with the error)."""
+        try:
+            return self.oom.step(batch)
+        except BaseException:
+            while self.in_flight:
+                self._collect(*self.in_flight.popleft())
+            raise
 
     def _collect(self, batch: Batch, handle: LazyTensor) -> None:
         """Copies a batch's embeddings [num_seqs, width] to their chunks, writing the chunks it completes."""
@@ -116,10 +129,22 @@ class UnitRunner(UnitFilesRunner):
         self.counts.rows += len(rows.vectors)
         if self.in_memory is not None:
             self.in_memory.setdefault(rows.slot.writer.path, []).append(rows.vectors)
+            self.in_memory_bytes += rows.vectors.nbytes
+            if self.in_memory_bytes > self.max_in_memory_bytes:
+                self.in_memory = None
 
     def _dropped(self, slot: UnitSlot) -> None:
         if self.in_memory is not None and slot.writer is not None:
             self.in_memory.pop(slot.writer.path, None)
+
+
+def in_memory_budget() -> int:
+    """Bytes of vectors a job keeps for its Flat index: a quarter of the machine's memory, at most 16 GiB."""
+    try:
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not a POSIX system
+        physical = 8 << 30
+    return min(physical // 4, 16 << 30)
 
 
 def describe_row(tag: tuple[PendingRows, int]) -> str:

@@ -205,3 +205,26 @@ def test_query_without_index_prints_the_embedding():
     row = json.loads(result.stdout)
     assert row["text"] == "hello world" and len(row["embedding"]) == 32
     assert np.linalg.norm(row["embedding"]) == pytest.approx(1.0, abs=1e-4)
+
+
+@pytest.mark.parametrize("budget,kept", [(1 << 30, True), (1, False)])
+def test_a_flat_index_is_built_from_the_vectors_the_job_kept_within_its_budget(tmp_path, tiny_model, monkeypatch,
+                                                                              budget, kept):
+    """The job hands its written vectors to the Flat index build; past the budget it keeps none and the
+    build reads the files. Either way the index equals one built from the files (merge)."""
+    from embedpipe.pipeline import faiss_index, outputs, runner
+
+    write_corpus(tmp_path / "in", variant_texts(300), num_files=2, row_group_size=50)
+    given = []
+    build = faiss_index.build_index
+    monkeypatch.setattr(runner, "in_memory_budget", lambda: budget)
+    monkeypatch.setattr(outputs, "build_index", lambda *a, **k: given.append(k["in_memory"]) or build(*a, **k))
+    result = invoke("index", tmp_path / "in", "--output", tmp_path / "out", "--model", tiny_model, "--device", "cpu",
+                    "--rows-per-unit", "50", "-q")
+    assert result.exit_code == 0, result.stderr
+    files = {tmp_path / "out" / "embeddings" / r["file_name"] for r in completed_units(tmp_path / "out").values()}
+    assert (given[0] is not None and set(given[0]) == files) == kept
+    monkeypatch.setattr(outputs, "build_index", build)
+    assert invoke("merge", tmp_path / "out", "--into", tmp_path / "merged").exit_code == 0
+    ours, theirs = (SearchIndex.load(tmp_path / name).index for name in ("out", "merged"))
+    assert np.array_equal(ours.reconstruct_n(0, 300), theirs.reconstruct_n(0, 300))

@@ -9,12 +9,13 @@ from __future__ import annotations
 import gc
 import tracemalloc
 
+import numpy as np
 import pyarrow as pa
 from typer.testing import CliRunner
 
 from corpus import variant_texts, write_corpus
 from embedpipe.cli.main import app
-from embedpipe.pipeline import unit_files
+from embedpipe.pipeline import runner, unit_files
 
 NUM_UNITS = 16
 ROWS_PER_UNIT = 100
@@ -32,6 +33,9 @@ def test_heap_after_each_unit_does_not_grow_with_the_rows(tmp_path, tiny_model, 
 
     mark_done = unit_files.mark_done
     monkeypatch.setattr(unit_files, "mark_done", mark_done_and_measure)
+    # the vectors a Flat index's build is handed grow with the rows by design, within their budget
+    # (test_index_job); with none kept, this guards everything else
+    monkeypatch.setattr(runner, "in_memory_budget", lambda: 0)
     tracemalloc.start()
     try:
         result = CliRunner().invoke(app, ["index", str(tmp_path / "in"), "--output", str(tmp_path / "out"),
@@ -41,5 +45,8 @@ def test_heap_after_each_unit_does_not_grow_with_the_rows(tmp_path, tiny_model, 
         tracemalloc.stop()
     assert result.exit_code == 0, result.output
     assert len(held) == NUM_UNITS
-    growth = max(held[-4:]) - max(held[2:6])  # after warm-up, over 1,000 more rows
-    assert growth < 100_000, f"{growth:,} bytes more held after 1,000 more rows: {held}"
+    # after warm-up, the typical growth from one unit to the next, per 1,000 rows: a median, so a one-time
+    # step (a cache filling, CPython's interned-string table resizing) is not taken for growth per row
+    per_unit = float(np.median(np.diff(held[4:])))
+    growth = per_unit * 1000 / ROWS_PER_UNIT
+    assert growth < 100_000, f"{growth:,.0f} bytes more held per 1,000 more rows: {held}"
