@@ -16,7 +16,7 @@ workloads.corpus_lengths). Each run is its own fresh process; within a round the
   token ids per unit): its tokens/s is what the pool alone delivers; its files feed the two below.
 - index-ids: `embedpipe index TOKENS --token-ids-column token_ids`, the same job on pre-tokenised rows.
 - engine: the engine alone on the same token ids (read from the tokenize files), packed as the job
-  packs them (ArrayBatcher, its batch budget: 16384 tokens on a GPU), 2 batches in flight
+  packs them (ArrayBatcher, its batch budget: 16384 tokens on a GPU), as many batches in flight as the job
   (suite_indexing.stream), after two passes over one batch of every graph key (a CUDA graph is
   captured on a key's second hit), so the timed pass replays graphs only.
 - tokenizer-pool: the tokenizer alone, same worker count (the job's default, CPU count - 1): a plain
@@ -60,10 +60,11 @@ from embedpipe.kernels.model_folder import builtin_models, read_model_folder  # 
 from embedpipe.pipeline.batcher import BatcherConfig  # noqa: E402
 from embedpipe.pipeline.batching.array_batcher import ArrayBatcher  # noqa: E402
 from embedpipe.pipeline.config import IndexOptions, job_config  # noqa: E402
+from embedpipe.pipeline.runner import MAX_IN_FLIGHT  # noqa: E402
 from embedpipe.pipeline.tokenizer import TextTokenizer  # noqa: E402
 
 SYSTEMS = ("tokenize", "index", "index-ids", "engine", "tokenizer-pool")
-IN_FLIGHT = 2  # batches queued on the device, as the job runs them
+IN_FLIGHT = MAX_IN_FLIGHT  # batches queued on the device, as the job runs them (the 2026-12-01 results: 2)
 WARM_BATCHES = 64  # the first batches, run twice before timing: graphs are captured on a key's second hit
 WARM_CLOCKS_S = 0.3
 QUICK = dict(rows=500, models=["minilm"], rounds=1)  # a CPU embeds MiniLM at a few thousand tokens/s
