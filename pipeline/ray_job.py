@@ -104,15 +104,22 @@ class RayEngines:
     def _collect(self, written, progress: Progress) -> list[EngineReport]:
         """Sums the unit reports per engine; raises the first unit's input error (the pipeline stops)."""
         reports: dict[str, EngineReport] = {}
-        for row in written.iter_rows():
-            if row["error"]:
-                raise pickle.loads(row["error"])
-            report: EngineReport = pickle.loads(row["report"])
-            progress.advance(rows=report.rows + report.rejected, tokens=report.tokens)
-            for bad in report.bad_files:
-                progress.log(f"skipping a bad file: {bad['error']}")
+        for report in unit_reports(written, "report", progress):
             reports[report.device] = reports[report.device] + report if report.device in reports else report
         return list(reports.values())
+
+
+def unit_reports(written, column: str, progress: Progress) -> Iterator:
+    """The pickled per-unit reports (EngineReport, RunCounts) in `column` of a pipeline's rows, as they come,
+    with the progress they make; raises the first unit's input error (the pipeline stops)."""
+    for row in written.iter_rows():
+        if row["error"]:
+            raise pickle.loads(row["error"])
+        report = pickle.loads(row[column])
+        progress.advance(rows=report.rows + report.rejected, tokens=report.tokens)
+        for bad in report.bad_files:
+            progress.log(f"skipping a bad file: {bad['error']}")
+        yield report
 
 
 def tokenize_with_ray(job: JobConfig, tokenizer: TextTokenizer, units: list[WorkUnit], progress: Progress) -> RunCounts:
@@ -128,13 +135,7 @@ def tokenize_with_ray(job: JobConfig, tokenizer: TextTokenizer, units: list[Work
         items = ray.data.from_items([asdict(unit) for unit in units], override_num_blocks=len(units))
         written = items.map(tokenize_and_write, fn_kwargs={"job": job, "tokenizer": tokenizer}, num_cpus=1,
                             runtime_env=TOKENIZE_ENV)
-        for row in written.iter_rows():
-            if row["error"]:
-                raise pickle.loads(row["error"])
-            unit_counts: RunCounts = pickle.loads(row["counts"])
-            progress.advance(rows=unit_counts.rows + unit_counts.rejected, tokens=unit_counts.tokens)
-            for bad in unit_counts.bad_files:
-                progress.log(f"skipping a bad file: {bad['error']}")
+        for unit_counts in unit_reports(written, "counts", progress):
             for name in ("units", "rows", "tokens", "rejected", "truncated"):
                 setattr(counts, name, getattr(counts, name) + getattr(unit_counts, name))
             counts.bad_files += unit_counts.bad_files

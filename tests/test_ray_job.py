@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 
 import pyarrow as pa
@@ -113,3 +114,22 @@ def test_ray_reports_bad_files_like_a_local_run(ray_session, tmp_path):
     assert read_embeddings(tmp_path / "skip").num_rows == 20 and metrics["index"]["num_rows"] == 20
     failed = CliRunner().invoke(app, [*args, "--output", str(tmp_path / "fail")])
     assert failed.exit_code == 2 and "z.jsonl: cannot read jsonl input" in failed.stderr
+
+
+@pytest.mark.slow
+def test_tokenize_on_ray_writes_what_a_local_tokenize_writes(ray_session, corpus, tmp_path):
+    inputs, _ = corpus
+    options = ["--rows-per-unit", "50", "--keep-columns", "source", "--quiet"]
+    local = CliRunner().invoke(app, ["tokenize", str(inputs), "--output", str(tmp_path / "local"), "--workers", "1",
+                                     *options])
+    assert local.exit_code == 0, local.output
+    result = CliRunner().invoke(app, ["tokenize", str(inputs), "--output", str(tmp_path / "ray"), "--ray", "auto",
+                                      *options])
+    assert result.exit_code == 0, result.output
+    names = sorted(os.listdir(tmp_path / "local" / "tokens"))
+    assert names == sorted(os.listdir(tmp_path / "ray" / "tokens")) and len(names) == 5
+    for name in names:
+        assert pq.read_table(tmp_path / "ray" / "tokens" / name).equals(pq.read_table(tmp_path / "local" / "tokens" / name))
+    ours, theirs = (json.loads((tmp_path / run / "metrics.json").read_text()) for run in ("ray", "local"))
+    assert (ours["rows"], ours["rejected_rows"], ours["tokens"]) == (theirs["rows"], theirs["rejected_rows"],
+                                                                   theirs["tokens"]) == (161, 2, theirs["tokens"])
