@@ -103,7 +103,8 @@ class LocalEngine:
         self.pool.__exit__(*exc)
 
     def embed(self, prepared: PreparedJob, progress: Progress) -> list[EngineReport]:
-        runner = UnitRunner(self.job, self.engine, progress)
+        keep_vectors = self.job.index_factory == "Flat" and not self.job.sharded  # this process builds it
+        runner = UnitRunner(self.job, self.engine, progress, keep_vectors)
         runner.run(read_and_tokenize(self.job, self.pool, prepared.pending))
         self.pool.close()  # its workers' memory is free for the index build
         self.in_memory = runner.in_memory

@@ -123,7 +123,7 @@ def unit_reports(written, column: str, progress: Progress) -> Iterator:
 
 
 def tokenize_with_ray(job: JobConfig, tokenizer: TextTokenizer, units: list[WorkUnit], progress: Progress) -> RunCounts:
-    """`tokenize --ray`: one Ray task per pending unit reads, tokenizes and writes it (ray_stages.tokenize_and_write)."""
+    """`tokenize --ray`: one Ray task per pending unit reads, tokenizes and writes it (ray_stages)."""
     counts = RunCounts()
     if not units:
         return counts

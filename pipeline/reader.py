@@ -150,7 +150,8 @@ def tokenize_batch(piece: Piece, batch: pa.RecordBatch, tokenizer: TextTokenizer
     return chunk
 
 
-def checked_token_ids(piece: Piece, batch: pa.RecordBatch, tokenizer: TextTokenizer) -> tuple[np.ndarray, np.ndarray, int]:
+def checked_token_ids(piece: Piece, batch: pa.RecordBatch,
+                      tokenizer: TextTokenizer) -> tuple[np.ndarray, np.ndarray, int]:
     """A batch's token id lists (no nulls) as flat int32 ids and lengths, cut to max_length; the count cut."""
     lists = batch.column(1)
     lengths = pc.list_value_length(lists).to_numpy().astype(np.int64)
@@ -201,5 +202,6 @@ def check_tokenized_with(unit: WorkUnit, tokenizer: TextTokenizer) -> None:
         raise TokenIdsError(f"{unit.path} was tokenized by another tokenizer ({made_by}) than this model's "
                             f"({tokenizer.fingerprint}); tokenize the texts again with this model")
     if prompt != tokenizer.prompt:
-        raise TokenIdsError(f"{unit.path} was tokenized with the prompt {prompt!r}, not this job's {tokenizer.prompt!r}; "
+        raise TokenIdsError(f"{unit.path} was tokenized with the prompt {prompt!r}, not this job's "
+                            f"{tokenizer.prompt!r}; "
                             "give index the same --prompt / --prompt-name as tokenize")

@@ -57,17 +57,17 @@ def read_and_tokenize(job: JobConfig, pool: TokenizerPool, units: Iterable[WorkU
 class UnitRunner(UnitFilesRunner):
     """Streams tokenized units through the engine into their embeddings files; see the module docstring."""
 
-    def __init__(self, job: JobConfig, engine: Engine, progress: Progress):
+    def __init__(self, job: JobConfig, engine: Engine, progress: Progress, keep_vectors: bool = False):
         super().__init__(job, progress)
         self.engine = engine
         self.batcher = ArrayBatcher(job.batching)
         self.oom = SplitOnOutOfMemory(engine, job.batching.policy, self.batcher.pad_token_id, describe_row)
         self.in_flight: deque[tuple[Batch, LazyTensor]] = deque()
-        # a Flat index holds every vector in memory anyway: keep the written ones for its build
-        # ({unit file: its chunks' vectors}), instead of decoding them from the files again; past
+        # keep_vectors (the in-process engine of an unsharded Flat job, whose index this process builds):
+        # a Flat index holds every vector in memory anyway, so the written ones are kept for its build
+        # ({unit file: its chunks' vectors}) instead of decoding them from the files again; past
         # max_in_memory_bytes they are dropped and the build reads the files
-        self.in_memory: dict[Path, list[np.ndarray]] | None = \
-            {} if job.index_factory == "Flat" and not job.sharded else None
+        self.in_memory: dict[Path, list[np.ndarray]] | None = {} if keep_vectors else None
         self.in_memory_bytes, self.max_in_memory_bytes = 0, in_memory_budget()
 
     def report(self) -> EngineReport:
@@ -82,7 +82,8 @@ class UnitRunner(UnitFilesRunner):
         return UnitWriter(self.job.output, unit.unit_id, output.width, output.dtype, schema.field(0), kept_fields)
 
     def _take_rows(self, slot: UnitSlot, chunk: Chunk) -> None:
-        rows = PendingRows(slot, chunk, np.empty((len(chunk), self.engine.output.width), self.engine.output.numpy_dtype))
+        output = self.engine.output
+        rows = PendingRows(slot, chunk, np.empty((len(chunk), output.width), output.numpy_dtype))
         slot.num_open_chunks += 1
         self.batcher.add(chunk.token_ids, chunk.lengths, rows)
         self._drain(flush=False)
