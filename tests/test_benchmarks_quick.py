@@ -98,3 +98,38 @@ def test_merge_keeps_each_models_suites_from_both_runs():
     assert [r["command"] for r in merged["runs"]] == ["first", "second"] and merged["environment"] == {"date": "a"}
     failed_again = {"models": {"m": {"seconds": {"http": 5.0}, "errors": {"http": "refused"}}}}
     assert report.merge(first, failed_again)["models"]["m"]["errors"] == {"indexing": "killed", "http": "refused"}
+
+
+@pytest.mark.slow
+def test_host_pipeline_quick_writes_its_figures(tmp_path):
+    """benchmarks/host_pipeline.py --quick: the real job with a null engine, each worker count in its own process."""
+    script = RUN.parent / "host_pipeline.py"
+    done = subprocess.run([sys.executable, str(script), "--quick", "--workers", "0", "1", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    results = json.loads((tmp_path / "host_pipeline.json").read_text())
+    assert [run["workers"] for run in results["median"]] == [0, 1]
+    for run in results["median"]:
+        assert run["rows"] == results["rows"] == 2000
+        assert all(positive(run[key]) for key in ("main_us_per_row", "feeding_thread_us_per_row",
+                                                  "writer_thread_us_per_row", "rows_per_s", "tokens_per_s"))
+    assert positive(results["median"][1]["worker_us_per_token"])
+
+
+@pytest.mark.slow
+def test_index_feed_quick_runs_every_system(tmp_path):
+    """benchmarks/index_feed.py --device cpu --quick: tokenize, index from texts and from token ids, the engine
+    and the tokenizer alone, each in its own process; --combine makes the README's table of its results."""
+    script = RUN.parent / "index_feed.py"
+    done = subprocess.run([sys.executable, str(script), "--device", "cpu", "--quick", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert sorted(run["system"] for run in results["runs"]) == sorted(
+        ["tokenize", "index", "index-ids", "engine", "tokenizer-pool"])
+    assert all(positive(run["tokens_per_s"]) for run in results["runs"]), results["runs"]
+    index, ids = (next(r for r in results["runs"] if r["system"] == name) for name in ("index", "index-ids"))
+    assert index["tokens"] == ids["tokens"] and index["rows"] == ids["rows"] == 500
+    table = subprocess.run([sys.executable, str(script), "--combine", str(tmp_path / "results.json")],
+                           capture_output=True, text=True, timeout=120)
+    assert table.returncode == 0 and "| minilm | 500 |" in table.stdout, table.stdout + table.stderr
