@@ -25,7 +25,7 @@ def check_input(inputs: list[str], settings: dict, ids: pa.ChunkedArray, output_
                            if (d / UNITS_FILE).is_file()))
     if {unit.unit_id for unit in units} != listed:
         report.warn("the inputs make other units than the job's units.json: are they the inputs given to index?")
-    columns = ColumnSpec(settings["text_column"], settings["id_column"])
+    columns = ColumnSpec(settings["text_column"], settings["id_column"], token_ids=settings.get("token_ids_column"))
     wanted = [batch.column(0) for unit in units for batch in read_unit(unit, columns, READ_ROWS)]
     found = [*ids.chunks, *(chunk for d in output_dirs for chunk in read_rejected(d).column("id").chunks)]
     counts = id_counts(wanted).join(id_counts(found), "id", join_type="full outer",

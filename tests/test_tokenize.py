@@ -177,3 +177,13 @@ def test_tokenize_shards_cover_the_job_once(corpus, tmp_path):
         assert result.exit_code == 0, result.stderr
     ids = [i for shard in range(2) for i in pq.read_table(tmp_path / f"shard{shard}" / "tokens").column("id").to_pylist()]
     assert sorted(ids) == [1000 + row for row in range(NUM_ROWS) if row != 7]  # row 7 is rejected
+
+
+def test_verify_checks_a_token_ids_job_against_its_inputs(corpus, tmp_path):
+    tokens = tmp_path / "tokens"
+    assert invoke("tokenize", corpus, "--output", tokens, "-q").exit_code == 0
+    result = invoke("index", tokens / "tokens", "--output", tmp_path / "out", "--token-ids-column", "token_ids", *CPU)
+    assert result.exit_code == 0, result.stderr
+    result = invoke("verify", tmp_path / "out", "--input", tokens / "tokens")
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert f"input: each of the {NUM_ROWS - 1:,} input rows is in the output or rejected, once" in result.stdout
