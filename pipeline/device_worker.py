@@ -23,7 +23,8 @@ from embedpipe.kernels.engine import Engine, model_spec
 from .config import JobConfig
 from .embed import make_tokenizer
 from .run_report import EngineReport
-from .runner import UnitRunner, read_and_tokenize
+from .reader import read_and_tokenize
+from .runner import UnitRunner
 from .sources import WorkUnit
 from .tokenizer_pool import TokenizerPool, exit_when_parent_dies
 

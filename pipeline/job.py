@@ -20,7 +20,8 @@ from .outputs import (check_index_factory, index_outputs, job_settings, write_me
                       write_unit_list)
 from .progress import Progress
 from .run_report import EngineReport, run_metrics
-from .runner import UnitRunner, read_and_tokenize
+from .reader import read_and_tokenize
+from .runner import UnitRunner
 from .sources import WorkUnit, list_units
 from .tokenizer import TextTokenizer
 from .tokenizer_pool import TokenizerPool
@@ -166,8 +167,7 @@ def finish_job(prepared: PreparedJob, reports: list[EngineReport], progress: Pro
     metrics["bad_files"] = ([{"path": p, "error": e} for p, e in prepared.bad_listing]
                             + [bad for report in reports for bad in report.bad_files])
     done = completed_units(job.output)
-    bad_paths = {bad["path"] for bad in metrics["bad_files"]}
-    missing = [unit.unit_id for unit in mine if unit.unit_id not in done and unit.path not in bad_paths]
+    missing = missing_units(mine, done, metrics["bad_files"])
     metrics["units"] = {"listed": len(units), "this_run": len(mine), "done": sum(u.unit_id in done for u in mine),
                         "shard": [job.shard_index, job.num_shards]}
     metrics["output_rows"] = sum(record["num_rows"] for record in done.values())
@@ -181,9 +181,19 @@ def finish_job(prepared: PreparedJob, reports: list[EngineReport], progress: Pro
     metrics["start_s"], metrics["finish_s"] = start_s, time.perf_counter() - finishing
     write_metrics(job.output, metrics)
     progress.log(summary(metrics, job.output))
+    check_all_ended(missing)
+    return JobResult(metrics, 3 if metrics["bad_files"] else 0)
+
+
+def missing_units(mine: list[WorkUnit], done: dict[str, dict], bad_files: list[dict]) -> list[str]:
+    """This run's units that are neither done nor in a file skipped as bad."""
+    bad_paths = {bad["path"] for bad in bad_files}
+    return [unit.unit_id for unit in mine if unit.unit_id not in done and unit.path not in bad_paths]
+
+
+def check_all_ended(missing: list[str]) -> None:
     if missing:  # every unit ends done or in a raised error
         raise RuntimeError(f"{len(missing)} units were not completed, with no error (first: {missing[0]})")
-    return JobResult(metrics, 3 if metrics["bad_files"] else 0)
 
 
 def _log_start(progress: Progress, prepared: PreparedJob) -> None:

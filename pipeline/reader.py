@@ -20,6 +20,7 @@ from .tokenizer import TextTokenizer
 
 if TYPE_CHECKING:
     from .config import JobConfig
+    from .tokenizer_pool import TokenizerPool
 
 BAD_TEXT_WORDS = {"null": "null", "empty": "empty", "whitespace": "whitespace only"}
 NO_TOKENS = np.empty(0, np.int32)
@@ -100,6 +101,12 @@ def unit_tasks(job: JobConfig, units: Iterable[WorkUnit]) -> Iterator[ReadAndTok
     for unit in units:
         for piece in pieces_of(unit, job.read_rows):
             yield ReadAndTokenize(piece, job.columns, job.read_rows, fail_on_bad_row)
+
+
+def read_and_tokenize(job: JobConfig, pool: TokenizerPool, units: Iterable[WorkUnit]) -> Iterator[Chunk]:
+    """The units' chunks, tokenized by the pool's workers; `units` is read lazily (it may be a shared queue)."""
+    for _, chunk in pool.map((None, task) for task in unit_tasks(job, units)):
+        yield chunk
 
 
 @dataclass(frozen=True)

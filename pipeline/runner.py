@@ -13,7 +13,6 @@ import os
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -26,11 +25,10 @@ from .batching.array_batcher import ArrayBatcher
 from .config import JobConfig
 from .oom_split import SplitOnOutOfMemory
 from .progress import Progress
-from .reader import Chunk, unit_tasks
+from .reader import Chunk
 from .run_report import EngineReport
 from .sinks import UnitWriter
 from .sources import WorkUnit
-from .tokenizer_pool import TokenizerPool
 from .unit_files import UnitFilesRunner, UnitSlot
 
 # Batches queued on the device: with MiniLM's ~1.6 ms batches, two left the H200 idle whenever this
@@ -46,12 +44,6 @@ class PendingRows:
     chunk: Chunk
     vectors: np.ndarray
     num_filled: int = 0
-
-
-def read_and_tokenize(job: JobConfig, pool: TokenizerPool, units: Iterable[WorkUnit]) -> Iterator[Chunk]:
-    """The units' chunks, tokenized by the pool's workers; `units` is read lazily (it may be a shared queue)."""
-    for _, chunk in pool.map((None, task) for task in unit_tasks(job, units)):
-        yield chunk
 
 
 class UnitRunner(UnitFilesRunner):

@@ -433,11 +433,6 @@ def bad_text_reasons(texts: pa.Array) -> np.ndarray:
     return np.select([is_null, is_empty, is_space], ["null", "empty", "whitespace"], "")
 
 
-def find_bad_texts(texts: pa.Array) -> list[str | None]:
-    """Per row: None for a usable text, else the reason "null", "empty" or "whitespace"."""
-    return [reason or None for reason in bad_text_reasons(texts).tolist()]
-
-
 _hf_cache: dict[tuple, object] = {}
 
 

@@ -12,12 +12,12 @@ from __future__ import annotations
 import os
 
 from .config import JobConfig
-from .job import JobResult, job_tokenizer, plan_units
+from .job import JobResult, check_all_ended, job_tokenizer, missing_units, plan_units
 from .lock import output_lock
 from .manifest import completed_units
 from .outputs import write_metrics, write_rejected_table
 from .progress import Progress
-from .reader import unit_tasks
+from .reader import read_and_tokenize
 from .sources import WorkUnit
 from .token_files import TOKEN_IDS_COLUMN, TOKENS_FOLDER, TokenFilesRunner
 from .tokenizer import TextTokenizer
@@ -52,7 +52,7 @@ def tokenize_units(job: JobConfig, tokenizer: TextTokenizer, units: list[WorkUni
     workers = job.num_workers if job.num_workers is not None else max(1, (os.cpu_count() or 2) - 1)
     runner = TokenFilesRunner(job, tokenizer, progress)
     with TokenizerPool(tokenizer, workers) as pool:
-        runner.run(chunk for _, chunk in pool.map((None, task) for task in unit_tasks(job, units)))
+        runner.run(read_and_tokenize(job, pool, units))
     return runner.counts
 
 
@@ -73,7 +73,5 @@ def finish_tokenize(job: JobConfig, mine: list[WorkUnit], counts: RunCounts, bad
     progress.log(f"tokenized {counts.rows:,} rows ({counts.rejected:,} rejected, {counts.truncated:,} truncated) "
                  f"in {seconds:.1f} s: {metrics['tokens_per_s']:,.0f} tokens/s; token ids in "
                  f"{job.output / TOKENS_FOLDER} (embed them with index --token-ids-column {TOKEN_IDS_COLUMN})")
-    missing = [u.unit_id for u in mine if u.unit_id not in done and u.path not in {b["path"] for b in bad_files}]
-    if missing:  # every unit ends done or in a raised error
-        raise RuntimeError(f"{len(missing)} units were not completed, with no error (first: {missing[0]})")
+    check_all_ended(missing_units(mine, done, bad_files))
     return JobResult(metrics, 3 if bad_files else 0)

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from embedpipe.pipeline import sources
-from embedpipe.pipeline.sources import ColumnSpec, InputError, find_bad_texts, list_units, read_unit
+from embedpipe.pipeline.sources import ColumnSpec, InputError, bad_text_reasons, list_units, read_unit
 
 
 def write_parquet(path, num_rows, row_group_size=10, **extra):
@@ -176,9 +176,9 @@ def test_zero_row_parquet_reads_as_empty(tmp_path):
     assert all(b.schema.names == ["id", "text"] for b in batches)
 
 
-def test_find_bad_texts():
+def test_bad_text_reasons():
     texts = pa.array(["fine", None, "", " \t\n", "  x  "])
-    assert find_bad_texts(texts) == [None, "null", "empty", "whitespace", None]
+    assert bad_text_reasons(texts).tolist() == ["", "null", "empty", "whitespace", ""]
 
 
 def test_column_spec_rejects_overlapping_names():
