@@ -25,6 +25,12 @@ if [ -f .fi-cache/flashinfer.tgz ] && [ ! -d ~/.cache/flashinfer ]; then
   mkdir -p ~/.cache && tar -xzf .fi-cache/flashinfer.tgz -C ~/.cache
 fi
 export PYTHONPATH=$SITE CUDA_HOME=/usr/local/cuda PYTHONUNBUFFERED=1
+# The image holds no bytecode for its packages and writes none: every fresh process compiled torch, sympy
+# and triton from source, ~4 s of each job's start (py-spy, 2026-12-01). A pip install compiles them
+# once; here the bytecode goes to a writable folder, compiled by the one import below.
+unset PYTHONDONTWRITEBYTECODE
+export PYTHONPYCACHEPREFIX=/tmp/pycache
 python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . 2>&1 | grep -v "^WARNING" | tail -2
+python3 -c "import torch, triton, faiss, tokenizers, pyarrow.parquet, embedpipe.cli.main, embedpipe.kernels.engine"
 nvidia-smi --query-gpu=name,memory.used,clocks.sm --format=csv,noheader
 python3 -c "import torch, faiss; print('torch', torch.__version__, 'faiss', faiss.__version__)"

@@ -63,6 +63,7 @@ class NullEngine:
         self.folder, self.output = self.spec.folder, self.spec.output
         self.device = torch.device("cpu")
         self.counters = GraphCounters()
+        self.warm_up_s = None  # load_engine's stand-in: nothing to warm up
         # one buffer for every result: a CUDA engine's results arrive in pinned buffers it allocated once
         self._zeros = torch.zeros((MAX_SEQS, self.output.width), dtype=self.output.torch_dtype)
 

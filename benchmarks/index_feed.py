@@ -144,7 +144,10 @@ def run_index(corpus: Path, folder: Path, output: Path, args, timeout: float, co
 def index_figures(metrics: dict, wall: float, samples: dict, cpu: CpuSampler) -> dict:
     """The job's rates (its own clock), its wall time and what its processes cost per row and per token."""
     workers_s = sum(cpu.children_s.values())
-    phases = {key: metrics.get(key) for key in ("start_s", "finish_s", "index_build_s", "host_cpu_s")}
+    phases = {key: metrics.get(key) for key in ("start_s", "finish_s", "index_build_s", "host_cpu_s", "startup")}
+    process_s = (metrics.get("startup") or {}).get("process_s")
+    if process_s is not None and metrics.get("start_s") is not None:  # the rest of the wall: the process's exit
+        phases["exit_s"] = wall - process_s - metrics["start_s"] - metrics["seconds"] - metrics["finish_s"]
     return {**phases, "rows": metrics["rows"], "tokens": metrics["tokens"], "job_s": metrics["seconds"], "wall_s": wall,
             "wall_minus_job_s": wall - metrics["seconds"], "tokens_per_s": metrics["tokens_per_s"],
             "rows_per_s": metrics["rows"] / metrics["seconds"], "padding_waste": metrics.get("padding_waste"),
@@ -295,6 +298,11 @@ def headline(run: dict) -> str:
             cpu = run.get("host_cpu_s") or {}
             line += (f", start {run['start_s']:.1f} s, finish {run['finish_s']:.1f} s (index {run.get('index_build_s') or 0:.1f})"
                      f", main thread {cpu.get('main_thread', 0):.1f} s, writer {cpu.get('writer_thread', 0):.1f} s CPU")
+        startup = run.get("startup") or {}
+        if startup.get("process_s") is not None:
+            line += (f"; before the clock: process {startup['process_s']:.1f} s, engine {startup.get('engine_s') or 0:.1f} s"
+                     f" (warm-up {startup.get('warm_up_s') or 0:.1f}), prepare {startup.get('prepare_s') or 0:.1f} s;"
+                     f" exit {run.get('exit_s', 0):.1f} s")
     return line + (f", clocks {run['clocks']}" if run.get("clocks") else "")
 
 

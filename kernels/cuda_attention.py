@@ -95,8 +95,10 @@ class TorchVarlenAttention(AttentionBackend):
 
 
 def _longest(cu_seqlens: torch.Tensor) -> int:
-    """The longest sequence of a batch, the padding sequence included."""
-    return int((cu_seqlens[1:] - cu_seqlens[:-1]).max())
+    """The longest sequence of a batch, the padding sequence included (cu_seqlens on the host: numpy
+    does this in a third of the time torch's small-tensor ops take)."""
+    cu = cu_seqlens.numpy()
+    return int((cu[1:] - cu[:-1]).max())
 
 
 def make_cuda_attention(name: str, spec: AttentionSpec, device: torch.device, dtype: torch.dtype,

@@ -1,6 +1,7 @@
 """The engine: a model, an attention backend and a pooler behind `step(batch) -> LazyTensor`."""
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -76,8 +77,10 @@ def model_spec(config: EngineConfig) -> ModelSpec:
 def host_inputs(batch: Batch) -> tuple[np.ndarray, np.ndarray]:
     """positions [num_tokens_padded] (restarting at 0 in every sequence) and seq_ids [num_tokens_padded]."""
     cu = batch.cu_seqlens.numpy()
-    seq_ids = np.repeat(np.arange(len(cu) - 1, dtype=np.int32), np.diff(cu))
-    positions = np.arange(len(seq_ids), dtype=np.int32) - cu[seq_ids]
+    lengths = np.diff(cu)
+    seq_ids = np.repeat(np.arange(len(lengths), dtype=np.int32), lengths)
+    # each sequence's start repeated over its tokens: a third of the time of indexing cu by seq_ids
+    positions = np.arange(len(seq_ids), dtype=np.int32) - np.repeat(cu[:-1], lengths)
     return positions, seq_ids
 
 
@@ -98,6 +101,7 @@ class Engine:
         self.model = load_model(self.folder, self.attn, ops, self.device, self.dtype)
         self.pooler = Pooler(self.output, ops).to(self.device)
         self.runner = None
+        self.warm_up_s: float | None = None
         if self.device.type == "cuda":
             # The host side of a CUDA engine is small copies, and with more threads each one wakes
             # OpenMP workers that then spin: on 32 cores an index job's process burned 28 cores its
@@ -121,8 +125,10 @@ class Engine:
     def warm_up(self) -> None:
         """One small batch through the model, so the first real one does not pay the kernels' start-up
         (Triton's JIT compile or cache load, cuBLAS handles): ~1-2.5 s of the first batches of a MiniLM
-        index job on the H200, inside its clock. It counts as an eager run."""
+        index job on the H200, inside its clock. It counts as an eager run; warm_up_s records its time."""
+        start = time.perf_counter()
         self.step(pack([[self.folder.config.get("pad_token_id") or 0] * 8], BucketPolicy())).result()
+        self.warm_up_s = time.perf_counter() - start
 
     @property
     def counters(self) -> GraphCounters:

@@ -19,7 +19,7 @@ from .manifest import check_or_write_settings, completed_units
 from .outputs import (check_index_factory, index_outputs, job_settings, write_metrics, write_rejected_table,
                       write_unit_list)
 from .progress import Progress
-from .run_report import EngineReport, run_metrics
+from .run_report import EngineReport, process_age_s, run_metrics
 from .reader import read_and_tokenize
 from .runner import UnitRunner
 from .sources import WorkUnit, list_units
@@ -59,16 +59,21 @@ class Embedder(Protocol):
 def run_job(job: JobConfig) -> JobResult:
     """The whole job, holding OUTPUT's lock (raises OutputLocked when another run holds it)."""
     entered = time.perf_counter()
+    startup = {"process_s": process_age_s()}  # where the time before the job clock goes (metrics.json)
     spec, tokenizer = job_tokenizer(job)
     with open_embedder(job, tokenizer) as embedder:  # loads the engine, checks the devices or joins Ray: before any output
+        startup["engine_s"] = time.perf_counter() - entered
+        startup["warm_up_s"] = getattr(embedder, "warm_up_s", None)
         job.output.mkdir(parents=True, exist_ok=True)
         with output_lock(job.output, shard=(job.shard_index, job.num_shards) if job.sharded else None):
+            preparing = time.perf_counter()
             prepared = prepare_job(job, spec, tokenizer)
             with Progress(expected_rows(prepared.pending), job.quiet) as progress:
+                startup["prepare_s"] = progress.start - preparing
                 _log_start(progress, prepared)
                 reports = embedder.embed(prepared, progress)
                 return finish_job(prepared, reports, progress, progress.start - entered,
-                                  getattr(embedder, "in_memory", None))
+                                  getattr(embedder, "in_memory", None), startup)
 
 
 def open_embedder(job: JobConfig, tokenizer: TextTokenizer) -> ContextManager[Embedder]:
@@ -95,6 +100,7 @@ class LocalEngine:
         self.pool.start()
         try:
             self.engine = load_engine(self.job.engine)
+            self.warm_up_s = self.engine.warm_up_s
         except BaseException as error:
             self.pool.__exit__(type(error), error, error.__traceback__)
             raise
@@ -155,12 +161,13 @@ def plan_units(job: JobConfig, settings: dict, folder: str = "embeddings") -> tu
 
 
 def finish_job(prepared: PreparedJob, reports: list[EngineReport], progress: Progress, start_s: float = 0.0,
-               in_memory: dict | None = None) -> JobResult:
+               in_memory: dict | None = None, startup: dict | None = None) -> JobResult:
     """Writes rejected.parquet, the index (once every unit of an unsharded job is done) and metrics.json.
 
     in_memory: the vectors of this run's unit files, as the in-process engine kept them (build_index).
-    metrics' seconds is the job clock (embedding); start_s, before it (model, workers, listing);
-    finish_s, after it (this function: the index build, index_build_s, and the job's files)."""
+    metrics' seconds is the job clock (embedding); start_s, before it (model, workers, listing), with
+    startup splitting it (process_s: the process's life before run_job, its imports); finish_s, after
+    it (this function: the index build, index_build_s, and the job's files)."""
     job, units, mine = prepared.job, prepared.units, prepared.mine
     metrics = run_metrics(reports, progress.seconds)
     finishing = time.perf_counter()
@@ -179,6 +186,8 @@ def finish_job(prepared: PreparedJob, reports: list[EngineReport], progress: Pro
                             for key in ("factory", "metric", "num_rows", "dimension", "duplicate_ids")}
         metrics["index_build_s"] = time.perf_counter() - building
     metrics["start_s"], metrics["finish_s"] = start_s, time.perf_counter() - finishing
+    if startup is not None:
+        metrics["startup"] = startup
     write_metrics(job.output, metrics)
     progress.log(summary(metrics, job.output))
     check_all_ended(missing)

@@ -18,7 +18,7 @@ class TextTooLargeForDevice(RuntimeError):
 
 
 class SplitOnOutOfMemory:
-    """`step` / `result` as Engine.step and LazyTensor.result, splitting a batch that runs out of memory.
+    """`step` / `result` / `read` as Engine.step and LazyTensor.result / read, splitting a batch that runs out of memory.
 
     describe(tag) names a sequence for the error raised when one alone does not fit.
     """
@@ -31,16 +31,24 @@ class SplitOnOutOfMemory:
         try:
             return self.engine.step(batch)
         except torch.cuda.OutOfMemoryError as error:
-            return LazyTensor(self._split(batch, error))
+            return LazyTensor(torch.cat([self.result(half, self.step(half)) for half in self._halves(batch, error)]))
 
     def result(self, batch: Batch, handle: LazyTensor) -> torch.Tensor:
         """The batch's embeddings [num_seqs, width]."""
-        try:
-            return handle.result()
-        except torch.cuda.OutOfMemoryError as error:
-            return self._split(batch, error)
+        parts = []
+        self.read(batch, handle, lambda _, rows: parts.append(rows.clone()))
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
 
-    def _split(self, batch: Batch, error: torch.cuda.OutOfMemoryError) -> torch.Tensor:
+    def read(self, batch: Batch, handle: LazyTensor, consume: Callable[[Batch, torch.Tensor], Any]) -> None:
+        """consume(batch, its embeddings [num_seqs, width]) as LazyTensor.read hands them over; a batch
+        that runs out of memory is consumed as its halves, in order, each with its own rows."""
+        try:
+            handle.read(lambda rows: consume(batch, rows))
+        except torch.cuda.OutOfMemoryError as error:
+            for half in self._halves(batch, error):
+                self.read(half, self.step(half), consume)
+
+    def _halves(self, batch: Batch, error: torch.cuda.OutOfMemoryError) -> tuple[Batch, Batch]:
         if batch.num_seqs == 1:
             reason = str(error).splitlines()[0] if str(error) else "out of memory"
             raise TextTooLargeForDevice(
@@ -49,5 +57,4 @@ class SplitOnOutOfMemory:
                 "using the device?") from error
         torch.cuda.empty_cache()  # give the failed batch's cached blocks back before the halves run
         self.num_splits += 1
-        halves = split_in_halves(batch, self.policy, self.pad_token_id)
-        return torch.cat([self.result(half, self.step(half)) for half in halves])
+        return split_in_halves(batch, self.policy, self.pad_token_id)

@@ -1,7 +1,9 @@
 """What each engine of a run did, and the run's metrics, which add up the reports of all its engines."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from embedpipe.kernels.graph_cache import GraphCounters
 
@@ -47,3 +49,14 @@ def run_metrics(reports: list[EngineReport], seconds: float) -> dict:
             "host_cpu_s": {"main_thread": total.main_thread_cpu_s, "writer_thread": total.writer_thread_cpu_s},
             "engine": {**total.graphs, "device": ", ".join(report.device for report in reports)},
             "engines": [{"device": r.device, "units": r.units, "rows": r.rows, "tokens": r.tokens} for r in reports]}
+
+
+def process_age_s() -> float | None:
+    """Seconds since this process started (the interpreter's start and the imports included), from
+    Linux's /proc at its clock-tick resolution; None elsewhere."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22, starttime, in ticks since boot
+        return float(Path("/proc/uptime").read_text().split()[0]) - started
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None

@@ -103,11 +103,15 @@ class UnitRunner(UnitFilesRunner):
             raise
 
     def _collect(self, batch: Batch, handle: LazyTensor) -> None:
-        """Copies a batch's embeddings [num_seqs, width] to their chunks, writing the chunks it completes."""
-        vectors = self.oom.result(batch, handle).numpy()
+        """Copies a batch's embeddings to their chunks (from the engine's pinned buffer: LazyTensor.read),
+        writing the chunks it completes."""
+        self.oom.read(batch, handle, self._scatter)
         self.counts.tokens += batch.num_tokens
         self.progress.advance(rows=batch.num_seqs, tokens=batch.num_tokens)
-        row = 0
+
+    def _scatter(self, batch: Batch, embeddings) -> None:
+        """embeddings [batch.num_seqs, width] into the chunks of batch.tags (a batch, or an OOM half of one)."""
+        vectors, row = embeddings.numpy(), 0
         for span in batch.tags:  # FIFO: a chunk's rows are consecutive in the batch
             rows: PendingRows = span.tag
             rows.vectors[span.first:span.first + span.count] = vectors[row:row + span.count]

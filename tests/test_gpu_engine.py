@@ -13,6 +13,7 @@ from embedpipe.kernels.random_model import write_random_model
 from embedpipe.pipeline.embed import embed_texts, make_tokenizer
 
 from conftest import cosine
+from corpus import read_embeddings, run_index, variant_texts, vectors_of, write_corpus
 from test_model_parity import _reference_embeddings
 
 pytestmark = pytest.mark.gpu
@@ -118,3 +119,16 @@ def test_a_cuda_engine_leaves_one_torch_thread(tmp_path):
     torch.set_num_threads(4)
     Engine(EngineConfig(model=str(tmp_path), device="cuda"))
     assert torch.get_num_threads() == 1
+
+
+def test_the_index_job_on_cuda_writes_the_cpu_jobs_rows_in_order(tmp_path):
+    """Small batches, many in flight: each batch's rows are scattered from the engine's reused pinned
+    buffers (LazyTensor.read) into their own chunks' rows, the CPU job's rows within bfloat16's error."""
+    write_corpus(tmp_path / "in", variant_texts(3000), num_files=2, row_group_size=400)
+    for device in ("cuda", "cpu"):
+        done = run_index(tmp_path / "in", "--output", tmp_path / device, "--device", device,
+                         "--max-batch-tokens", "1024", "--quiet")
+        assert done.returncode == 0, done.stderr[-2000:]
+    on_cuda, on_cpu = read_embeddings(tmp_path / "cuda"), read_embeddings(tmp_path / "cpu")
+    assert on_cuda.column("id").equals(on_cpu.column("id")) and len(on_cuda) == 3000
+    assert cosine(vectors_of(on_cuda), vectors_of(on_cpu)).min() >= 0.999

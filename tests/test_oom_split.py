@@ -45,6 +45,9 @@ class FailingHandle:
     def result(self):
         raise torch.cuda.OutOfMemoryError("CUDA out of memory (surfaced at synchronize)")
 
+    def read(self, consume):
+        self.result()
+
 
 @pytest.fixture(scope="module")
 def engine(tiny_model):
