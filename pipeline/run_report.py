@@ -26,6 +26,8 @@ class EngineReport:
     out_of_memory_splits: int = 0  # batches split in two after the device ran out of memory
     main_thread_cpu_s: float = 0.0  # CPU time of the thread that fed the engine, and of its writer thread
     writer_thread_cpu_s: float = 0.0
+    chunk_wait_s: float = 0.0  # that thread's wall time getting chunks (RunCounts), and for the first
+    first_chunk_s: float = 0.0
 
     def __add__(self, other: EngineReport) -> EngineReport:
         """Both reports summed, under this report's device."""
@@ -35,7 +37,8 @@ class EngineReport:
                             self.truncated + other.truncated, self.batches + other.batches, graphs,
                             self.bad_files + other.bad_files, self.out_of_memory_splits + other.out_of_memory_splits,
                             self.main_thread_cpu_s + other.main_thread_cpu_s,
-                            self.writer_thread_cpu_s + other.writer_thread_cpu_s)
+                            self.writer_thread_cpu_s + other.writer_thread_cpu_s,
+                            self.chunk_wait_s + other.chunk_wait_s, max(self.first_chunk_s, other.first_chunk_s))
 
 
 def run_metrics(reports: list[EngineReport], seconds: float) -> dict:
@@ -47,6 +50,7 @@ def run_metrics(reports: list[EngineReport], seconds: float) -> dict:
             "batches": total.batches.batches, "seconds": seconds, "tokens_per_s": total.tokens / seconds,
             "embeddings_per_s": total.rows / seconds, "out_of_memory_splits": total.out_of_memory_splits,
             "host_cpu_s": {"main_thread": total.main_thread_cpu_s, "writer_thread": total.writer_thread_cpu_s},
+            "chunk_wait_s": {"all": total.chunk_wait_s, "first": total.first_chunk_s},
             "engine": {**total.graphs, "device": ", ".join(report.device for report in reports)},
             "engines": [{"device": r.device, "units": r.units, "rows": r.rows, "tokens": r.tokens} for r in reports]}
 

@@ -157,17 +157,20 @@ class TokenizerPool:
         """Pids of the live workers (started by start() or the first map)."""
         return [w.process.pid for w in self._workers if w.process.is_alive()]
 
-    def close(self) -> None:
-        """Ends idle workers and terminates busy ones (nobody will read their replies)."""
-        self._closed = True
-        for worker in self._workers:
-            try:
-                worker.connection.send(None)
-            except OSError:  # already dead
-                pass
-            if worker.num_sent:
-                worker.process.terminate()
-        self._reap()
+    def close(self, wait: bool = True) -> None:
+        """Ends idle workers and terminates busy ones (nobody will read their replies); with wait,
+        joins them (without, they exit meanwhile and a later close or the pool's exit joins them)."""
+        if not self._closed:
+            self._closed = True
+            for worker in self._workers:
+                try:
+                    worker.connection.send(None)
+                except OSError:  # already dead
+                    pass
+                if worker.num_sent:
+                    worker.process.terminate()
+        if wait:
+            self._reap()
 
     def map(self, tasks: Iterable[tuple[Any, Task]]) -> Iterator[tuple[Any, Any]]:
         """Yields (meta, reply) for each reply of each (meta, task), in input order, reading tasks lazily.

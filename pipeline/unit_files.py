@@ -13,7 +13,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import pyarrow as pa
 
@@ -54,6 +54,10 @@ class RunCounts:
     bad_files: list[dict] = field(default_factory=list)
     main_thread_cpu_s: float = 0.0  # CPU time of the thread that ran the units, and of its writer thread
     writer_thread_cpu_s: float = 0.0
+    # wall time that thread spent getting chunks (waiting on the workers, receiving): the engine idles
+    # once its queued batches are done; first_chunk_s, the wait for the first one
+    chunk_wait_s: float = 0.0
+    first_chunk_s: float = 0.0
 
 
 class UnitFilesRunner:
@@ -74,7 +78,7 @@ class UnitFilesRunner:
         self.writer = WriterThread()
         started = time.thread_time()
         try:
-            for chunk in chunks:
+            for chunk in self._timed(chunks):
                 self._accept(chunk)
             self._finish()
             self.writer.close()
@@ -87,6 +91,23 @@ class UnitFilesRunner:
                     slot.abort()
             raise
         return self.counts
+
+    def _timed(self, chunks: Iterable[Chunk]) -> Iterator[Chunk]:
+        """`chunks`, adding the time spent getting each to counts.chunk_wait_s."""
+        chunks, counts = iter(chunks), self.counts
+        try:
+            while True:
+                asked = time.perf_counter()
+                chunk = next(chunks, None)
+                waited = time.perf_counter() - asked
+                counts.first_chunk_s = counts.first_chunk_s or waited
+                counts.chunk_wait_s += waited
+                if chunk is None:
+                    return
+                yield chunk
+        finally:  # a run stopped early closes the source now (a pool's map then stops its workers)
+            if hasattr(chunks, "close"):
+                chunks.close()
 
     # what a subclass provides
     def _open_file(self, unit: WorkUnit, schema: pa.Schema) -> AtomicParquetWriter:

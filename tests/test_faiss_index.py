@@ -169,3 +169,29 @@ def test_build_index_takes_a_units_vectors_from_memory_when_given(tmp_path):
     build_index([tmp_path / "out"], tmp_path / "index", in_memory={first: [np.zeros((200, 16), np.float32)]})
     index = SearchIndex.load(tmp_path / "index").index
     assert not index.reconstruct_n(0, 200).any() and np.array_equal(index.reconstruct_n(200, 100), vectors[200:])
+
+
+@pytest.mark.parametrize("dtype_name,normalized", [("float32", True), ("float16", True), ("float32", False)])
+def test_a_flat_index_file_holds_the_bytes_faiss_writes(tmp_path, dtype_name, normalized):
+    """build_index streams a Flat index to its file itself: the file is faiss.write_index's, byte for byte."""
+    import faiss
+
+    vectors = (unit_vectors(500, 24) * (1 if normalized else 3.0)).astype(dtype_name)
+    write_units(tmp_path / "out", vectors, 200, dtype_name)
+    build_index([tmp_path / "out"], tmp_path / "index", normalized=normalized)
+    expected = faiss.IndexFlatIP(24)
+    reference = vectors.astype(np.float32)
+    if not normalized:  # a cosine index holds the vectors L2-normalised
+        faiss.normalize_L2(reference)
+    expected.add(reference)
+    faiss.write_index(expected, str(tmp_path / "faiss.index"))
+    assert (tmp_path / "index" / "index.faiss").read_bytes() == (tmp_path / "faiss.index").read_bytes()
+
+
+def test_vectors_that_do_not_match_their_ids_leave_no_index(tmp_path):
+    vectors = unit_vectors(300, 16)
+    write_units(tmp_path / "out", vectors, 200)
+    first = sorted((tmp_path / "out" / "embeddings").glob("*.parquet"))[0]
+    with pytest.raises(ValueError, match="hold 250 vectors, their ids 300"):
+        build_index([tmp_path / "out"], tmp_path / "index", in_memory={first: [vectors[:150]]})
+    assert not [path.name for path in (tmp_path / "index").iterdir()]  # no index, ids or temporary file
