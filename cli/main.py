@@ -44,25 +44,23 @@ app.command()(verify)
 
 
 def main():
-    """Runs the command, then ends the process without the interpreter's teardown.
+    """Runs the command; after a success, ends the process without the interpreter's teardown.
 
-    By then every command has closed what it opened (workers reaped, files committed, Ray left);
-    what the teardown would still do is free the CUDA context and the job's arrays one by one, half
-    a second of an index job's wall time on the H200. Output is flushed first; an exception other
-    than SystemExit leaves the normal way, with its traceback.
+    By then the command has closed what it opened (workers reaped, files committed, Ray left); what
+    the teardown would still do is free the CUDA context and the job's arrays one by one, half a
+    second of an index job's wall time on the H200 (0.6 s, against 0.1 s without). A failure takes the
+    normal exit: objects its traceback held (a --devices job's queues) are released then, and
+    multiprocessing's tracker would otherwise report them as leaked.
     """
     try:
         app()
-        code = 0
     except SystemExit as exit_:
-        code = exit_.code
-    if code is not None and not isinstance(code, int):  # sys.exit("message"): printed, exit status 1
-        print(code, file=sys.stderr)
-        code = 1
+        if exit_.code not in (0, None):
+            raise
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(code or 0)
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import os
 import pickle
 import signal
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass, replace
@@ -69,6 +70,7 @@ def engine_process(job: JobConfig, plan: EnginePlan, units: Queue, events: Queue
     """The process's main: embeds units from `units` (None ends them) and reports ("done" or "failed")."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the parent stops us
     signal.signal(signal.SIGTERM, _exit_on_sigterm)  # unwinds, so the runner removes its open unit files
+    sys.unraisablehook = _sigterm_again
     exit_when_parent_dies()
     progress = QueueProgress(events, plan.index)
     try:
@@ -117,3 +119,14 @@ def _pickled(error: Exception) -> bytes | None:
 
 def _exit_on_sigterm(signum, frame):
     raise SystemExit(128 + signum)
+
+
+def _sigterm_again(unraisable) -> None:
+    """A SIGTERM that lands while a finalizer runs (a __del__, a weakref callback) raises its SystemExit
+    there, where Python prints and swallows it: the process went on, with a traceback on the job's
+    stderr. The signal is sent again a millisecond later, from a timer thread, so that it lands once
+    the finalizer is over, in the worker's own code, and unwinds it."""
+    if isinstance(unraisable.exc_value, SystemExit) and unraisable.exc_value.code == 128 + signal.SIGTERM:
+        threading.Timer(0.001, os.kill, (os.getpid(), signal.SIGTERM)).start()
+    else:
+        sys.__unraisablehook__(unraisable)

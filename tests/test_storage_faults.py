@@ -2,6 +2,7 @@
 partial counted as done, no temporary file left, and the same command completes the job afterwards."""
 from __future__ import annotations
 
+import builtins
 import errno
 import itertools
 import pathlib
@@ -16,7 +17,7 @@ from typer.testing import CliRunner
 
 from corpus import index_command, read_embeddings, variant_texts, write_corpus
 from embedpipe.cli.main import app
-from embedpipe.pipeline import sinks
+from embedpipe.pipeline import faiss_index, sinks
 from processes import FAST_ENV, assert_consistent
 
 OPTIONS = ["--device", "cpu", "--rows-per-unit", "20", "--quiet"]
@@ -47,19 +48,50 @@ FAULTS = {  # what fails -> (patch target, attribute, replacement maker, the fil
     "manifest record": (pathlib.Path, "write_text",
                         lambda f: fail_on_call(f, 3, OSError(errno.ENOSPC, "No space left on device"),
                                                only=lambda path, *_: path.parent.name == "manifest"), "manifest/", 2),
-    "FAISS index": (faiss, "write_index", lambda f: fail_on_call(f, 1, RuntimeError(
+    # a Flat index is written by build_index itself (faiss_index._write_flat_ip), other kinds by FAISS
+    "Flat index": (faiss_index, "open", lambda _: open_failing_on_write(
+        2, OSError(errno.ENOSPC, "No space left on device"), only=lambda path: ".index.faiss.tmp" in str(path)),
+        "index.faiss", 4),
+    "HNSW index": (faiss, "write_index", lambda f: fail_on_call(f, 1, RuntimeError(
         "Error in void faiss::write_index(...): Error: 'ret == (size * 4)' failed: write error in x: "
-        "0 != 256 (No space left on device)")), "index.faiss", 4),
+        "0 != 256 (No space left on device)")), "index.faiss", 4, ["--index-factory", "HNSW32"]),
 }
+
+
+class FailingWrites:
+    """A file whose `call`-th write raises `error`."""
+
+    def __init__(self, file, call: int, error: BaseException):
+        self.file, self.calls, self.call, self.error = file, itertools.count(1), call, error
+
+    def write(self, data):
+        if next(self.calls) == self.call:
+            raise self.error
+        return self.file.write(data)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.file.close()
+
+
+def open_failing_on_write(call: int, error: BaseException, only):
+    """builtins.open, but files opened for writing that `only` selects fail on their `call`-th write."""
+    def wrapper(path, mode="r", *args, **kwargs):
+        file = builtins.open(path, mode, *args, **kwargs)
+        return FailingWrites(file, call, error) if "w" in mode and only(path) else file
+    return wrapper
 
 
 @pytest.mark.parametrize("fault", list(FAULTS))
 def test_a_full_disk_fails_the_job_cleanly_and_a_rerun_completes(tmp_path, tiny_model, monkeypatch, fault):
     write_corpus(tmp_path / "in", variant_texts(80), num_files=2, row_group_size=20)  # 4 units
     args = [tmp_path / "in", "--output", tmp_path / "out", "--model", tiny_model, *OPTIONS]
-    target, name, make, named_file, num_done = FAULTS[fault]
+    target, name, make, named_file, num_done, *options = FAULTS[fault]
+    args += options[0] if options else []
     with monkeypatch.context() as patch:
-        patch.setattr(target, name, make(getattr(target, name)))
+        patch.setattr(target, name, make(getattr(target, name, None)), raising=False)
         result = invoke("index", *args)
     assert result.exit_code == 1, result.output
     assert f"cannot write {tmp_path / 'out'}/{named_file}" in result.stderr
