@@ -98,7 +98,7 @@ def index(
     overwrite: bool = OVERWRITE, quiet: bool = QUIET,
 ):
     """Embed every row of INPUTS into OUTPUT: Parquet per unit, then a FAISS index. Resumable."""
-    from embedpipe.pipeline.commands import run_index
+    from embedpipe.cli.commands import run_index
     run_index(given_options(ctx), config)
 
 
@@ -110,7 +110,7 @@ def merge(
         False, "--allow-incomplete", help="Index what is done even when some units of the job are not."),
 ):
     """Build one FAISS index over several OUTPUT folders (the shards of one job)."""
-    from embedpipe.pipeline.commands import run_merge
+    from embedpipe.cli.commands import run_merge
     run_merge(outputs, into or outputs[0], index_factory, allow_incomplete)
 
 
@@ -130,5 +130,5 @@ def query(
     device: Device = DEVICE,
 ):
     """Embed TEXT with the index's model and settings (query prompt applied) and print the top-k rows."""
-    from embedpipe.pipeline.commands import run_query
+    from embedpipe.cli.commands import run_query
     run_query(text, index, k, as_json, model, dim, dtype and dtype.value, prompt, prompt_name, device.value)

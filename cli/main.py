@@ -25,7 +25,7 @@ def embed(texts: list[str] = typer.Argument(..., help="Texts to embed."),
           model: str = MODEL, dim: Optional[int] = DIM, dtype: OutputDtype = DTYPE,
           prompt: Optional[str] = PROMPT, prompt_name: Optional[str] = PROMPT_NAME, device: Device = DEVICE):
     """Print the embedding of each TEXT as a JSON line."""
-    from embedpipe.pipeline.commands import run_embed
+    from embedpipe.cli.commands import run_embed
     run_embed(engine_config(model, dim, dtype, device), texts, prompt, prompt_name)
 
 

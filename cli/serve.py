@@ -38,7 +38,8 @@ def serve(model: str = MODEL,
     """Serve OpenAI-compatible /v1/embeddings (and /v1/search with --index) over HTTP."""
     from embedpipe.kernels.engine import EngineConfig
     from embedpipe.pipeline.batcher import BatcherConfig
-    from embedpipe.pipeline.commands import fail
+    from embedpipe.cli.commands import USER_ERRORS, fail
+    from embedpipe.pipeline.errors import JobFault
     if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
         fail(f"--device must be auto, cpu, cuda or cuda:N, not {device!r}")
     try:
@@ -54,4 +55,9 @@ def serve(model: str = MODEL,
                              max_in_flight=max_in_flight)
     except ValueError as e:
         fail(str(e))
-    run_server(config)
+    try:
+        run_server(config)
+    except USER_ERRORS as e:  # a model or index that cannot be loaded, a port that cannot be listened on
+        fail(str(e))
+    except JobFault as e:  # an HTTP process died
+        fail(str(e), 1)

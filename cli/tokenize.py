@@ -26,5 +26,5 @@ def tokenize(
 ):
     """Tokenize every row of INPUTS with MODEL's tokenizer (and prompt) into OUTPUT/tokens: id, token_ids and the
     kept columns per unit, for `index OUTPUT/tokens --token-ids-column token_ids` on GPUs. Resumable."""
-    from embedpipe.pipeline.commands import run_tokenize
+    from embedpipe.cli.commands import run_tokenize
     run_tokenize(given_options(ctx), config)

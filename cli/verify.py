@@ -1,4 +1,4 @@
-"""`embedpipe verify`: options -> pipeline.commands.run_verify. Registered on the app in cli/main.py."""
+"""`embedpipe verify`: options -> cli/commands.run_verify. Registered on the app in cli/main.py."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -17,5 +17,5 @@ def verify(
                               "row is in the output, or rejected, exactly once."),
 ):
     """Check an index job's output: units, files, vectors, index; exit code 0 only when every check holds."""
-    from embedpipe.pipeline.commands import run_verify
+    from embedpipe.cli.commands import run_verify
     run_verify(outputs, index or outputs[0], inputs)

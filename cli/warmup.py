@@ -12,7 +12,7 @@ def warmup(model: str = MODEL, dim: Optional[int] = DIM, dtype: OutputDtype = DT
     FlashInfer compiles its attention kernels on first use (25-120 s per configuration on an H200)
     into ~/.cache/flashinfer; Triton caches in ~/.triton. Run once per machine image.
     """
-    from embedpipe.pipeline.commands import fail
+    from embedpipe.cli.commands import fail
     from embedpipe.pipeline.warmup import run_warmup
     try:
         run_warmup(engine_config(model, dim, dtype, device))

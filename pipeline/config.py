@@ -9,6 +9,8 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .errors import UserError
+
 if TYPE_CHECKING:
     from embedpipe.kernels.engine import EngineConfig
     from embedpipe.pipeline.batcher import BatcherConfig
@@ -21,7 +23,7 @@ CPU_BATCH_TOKENS = 4096
 CPU_WORKERS = 0
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """Options or a config file that cannot make a job; the message says which."""
 
 

@@ -21,6 +21,7 @@ import torch
 
 from .config import ConfigError, DeviceSpec, JobConfig
 from .device_worker import EnginePlan, engine_process
+from .errors import JobFault
 from .progress import Progress
 from .run_report import EngineReport
 from .tokenizer_pool import exit_description
@@ -33,7 +34,7 @@ LAST_EVENTS_S = 1.0  # a process that exited has flushed its events: wait this l
 STOP_S = 30.0  # after this, a process that does not stop is killed
 
 
-class EngineProcessError(RuntimeError):
+class EngineProcessError(JobFault, RuntimeError):
     """An engine process died or failed unexpectedly; the other engines have been stopped."""
 
 

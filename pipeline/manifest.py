@@ -10,12 +10,14 @@ from typing import Any
 from embedpipe.pipeline.sinks import commit_file, safe_name, temporary_path, writing
 from embedpipe.pipeline.sources import WorkUnit
 
+from .errors import UserError
+
 SETTINGS_FILE = "job.json"
 OUTPUT_FOLDERS = ("manifest", "embeddings", "tokens", "rejected", "index")  # cleared on overwrite, in order
 INDEX_FILE_NAMES = ("index.faiss", "index_ids.parquet", "index.json")
 
 
-class SettingsMismatch(Exception):
+class SettingsMismatch(UserError):
     """The output folder was written with other job settings."""
 
 

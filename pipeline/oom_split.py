@@ -12,8 +12,10 @@ import torch
 from embedpipe.kernels.batch import Batch, BucketPolicy, split_in_halves
 from embedpipe.kernels.lazy_tensor import LazyTensor
 
+from .errors import JobFault
 
-class TextTooLargeForDevice(RuntimeError):
+
+class TextTooLargeForDevice(JobFault, RuntimeError):
     """A single text does not fit in the device's free memory."""
 
 

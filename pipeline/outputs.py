@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from embedpipe.kernels.model_folder import builtin_models
 
+from .errors import UserError
 from .faiss_index import build_index, new_index
 from .manifest import SETTINGS_FILE, completed_units, write_json_atomic
 from .sinks import AtomicParquetWriter, read_rejected
@@ -35,11 +36,11 @@ FLOAT_DTYPES = ("float32", "float16")
 INDEX_OWNED_KEYS = ("id_column",)
 
 
-class IndexBuildError(ValueError):
+class IndexBuildError(UserError, ValueError):
     """The embeddings are complete but the FAISS index could not be built."""
 
 
-class IncompleteOutputs(ValueError):
+class IncompleteOutputs(UserError, ValueError):
     """`merge` was asked to index outputs that miss some of the job's units."""
 
 

@@ -8,13 +8,14 @@ from embedpipe.kernels.engine import Engine, EngineConfig
 from embedpipe.kernels.model_folder import ModelFolder
 
 from .embed import embed_texts, make_tokenizer
+from .errors import UserError
 from .faiss_index import SearchIndex
 
 QUERY_PROMPT_NAME = "query"
 MAX_CELL_CHARS = 60
 
 
-class NoIndex(ValueError):
+class NoIndex(UserError, ValueError):
     """The folder given to --index holds no built index."""
 
 

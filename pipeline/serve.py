@@ -40,6 +40,7 @@ from embedpipe.kernels.model_folder import ModelFolder
 from embedpipe.kernels.pooling import OutputSpec
 from .batcher import BatcherConfig
 from .embed import embed_token_ids
+from .errors import UserError
 from .query import query_prompt_name
 from .serve_metrics import Metrics
 from .serve_protocol import (ApiError, Limits, check_lengths, dumps, embeddings_response, parse_embeddings,
@@ -321,15 +322,15 @@ class DrainingUvicorn(uvicorn.Server):
 
 
 def run_server(config: ServeConfig) -> None:
-    """Loads the model (and index), warms up, and serves until SIGTERM / SIGINT; then drains and exits 0."""
+    """Loads the model (and index), warms up, and serves until SIGTERM / SIGINT, then drains. Raises UserError
+    for a model or index that cannot be loaded, JobFault when an HTTP process dies."""
     from embedpipe.kernels.model_folder import ModelLoadError
-    from .commands import fail
     try:
         engine = Engine(config.engine)
         index = load_index(config.index, engine) if config.index is not None else None
         server = local_server(config, engine, index)
     except (ModelLoadError, ValueError, OSError, RuntimeError) as e:  # RuntimeError: torch or FAISS refusing a file
-        fail(str(e))
+        raise UserError(str(e)) from e
     warm_up(engine, server, config.batching)
     # a thread that wakes (the engine thread, a finished tokenisation) waits for the GIL up to this long
     # while the event loop runs Python: 0.5 ms instead of 5 ms keeps that wait under the latency target

@@ -39,11 +39,17 @@ from typing import Callable
 import numpy as np
 import uvicorn
 
+from .config import ConfigError
+from .errors import JobFault, UserError
 from .serve import SWITCH_INTERVAL_S, DrainingUvicorn, EmbedServer, LocalBackend, ServeConfig, ServedModel, create_app
 from .serve_scheduler import Job, SchedulerClosed, settle, settle_in_loop
 from .tokenizer_pool import exit_description, exit_when_parent_dies
 
 FLUSH_S = 0.02  # how often an HTTP process sends its metric updates (one message, not three per request)
+
+
+class HttpProcessDied(JobFault):
+    """An HTTP process exited while serving: the others were stopped, the server with them."""
 
 
 # ---- the engine process ----
@@ -134,8 +140,8 @@ def _picklable(error: Exception) -> Exception:
 
 
 def serve_with_fronts(config: ServeConfig, model: ServedModel, backend: LocalBackend) -> None:
-    """Runs the HTTP processes until SIGTERM / SIGINT (then drains them, then the engine) or until one dies."""
-    from .commands import fail
+    """Runs the HTTP processes until SIGTERM / SIGINT (then drains them, then the engine) or until one dies
+    (then stops the others, and raises HttpProcessDied)."""
     listeners = [_listen(config.host, config.port) for _ in range(config.http_workers)]
     backend.start()
     searches = ThreadPoolExecutor(config.tokenizer_threads, thread_name_prefix="embedpipe-search")
@@ -187,22 +193,21 @@ def serve_with_fronts(config: ServeConfig, model: ServedModel, backend: LocalBac
     for listener in listeners:
         listener.close()
     if dead:
-        fail(f"HTTP process {dead[0].name} exited ({exit_description(dead[0].exitcode)}); the server stopped",
-             code=1)
+        raise HttpProcessDied(f"HTTP process {dead[0].name} exited ({exit_description(dead[0].exitcode)}); "
+                              "the server stopped")
 
 
 def _listen(host: str, port: int) -> socket.socket:
     """A socket for one HTTP process, bound here to the shared port (so a taken port fails at once)."""
-    from .commands import fail
     if port == 0:
-        fail("--port 0 (any free port) needs --http-workers 1: the HTTP processes share one port")
+        raise ConfigError("--port 0 (any free port) needs --http-workers 1: the HTTP processes share one port")
     listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
         listener.bind((host, port))
     except OSError as error:
-        fail(f"cannot listen on {host}:{port}: {error.strerror or error}")
+        raise UserError(f"cannot listen on {host}:{port}: {error.strerror or error}") from error
     listener.set_inheritable(True)
     return listener
 

@@ -13,6 +13,8 @@ import pyarrow.csv as pcsv
 import pyarrow.json as pj
 import pyarrow.parquet as pq
 
+from .errors import UserError
+
 FORMAT_BY_EXTENSION = {".parquet": "parquet", ".jsonl": "jsonl", ".json": "jsonl",
                        ".ndjson": "jsonl", ".csv": "csv"}
 # pyarrow decompresses jsonl/csv files with these suffixes on the fly
@@ -22,7 +24,7 @@ TEXT_BLOCK_BYTES = 16 << 20
 BLANK_PROBE_BYTES = 1 << 16
 
 
-class InputError(Exception):
+class InputError(UserError):
     """A problem with the user's input data; the message names the file (and column/row)."""
 
 

@@ -20,10 +20,12 @@ from typing import Any, Iterable, Iterator, Protocol
 
 from embedpipe.pipeline.tokenizer import TextTokenizer
 
+from .errors import JobFault
+
 CREDIT = "credit"  # parent -> worker: one more reply may be sent
 
 
-class TokenizerPoolError(RuntimeError):
+class TokenizerPoolError(JobFault, RuntimeError):
     """A worker died or failed; the pool has been shut down."""
 
 

@@ -9,26 +9,20 @@ import signal
 import sys
 from pathlib import Path
 
-from embedpipe.kernels.engine import Engine, EngineConfig
 from embedpipe.kernels.model_folder import ModelLoadError, read_model_folder
+from embedpipe.pipeline.config import job_config, merge_options
+from embedpipe.pipeline.errors import JobFault, UserError
+from embedpipe.pipeline.lock import LOCK_FILE, OutputLocked, output_lock
+from embedpipe.pipeline.outputs import merge_outputs
 
-from .embed import embed_texts, make_tokenizer
-from .config import ConfigError, job_config, merge_options
-from .devices import EngineProcessError
-from .lock import LOCK_FILE, OutputLocked, output_lock
-from .manifest import SettingsMismatch
-from .oom_split import TextTooLargeForDevice
-from .outputs import IncompleteOutputs, IndexBuildError, merge_outputs
-from .query import NoIndex, format_hits, query_prompt_name, search
-from .sources import InputError
-from .tokenizer_pool import TokenizerPoolError
+# torch is imported by the commands that run a model (embed, query, index, tokenize, serve) only, so that
+# --help, merge and verify start at once
 
-# errors a user can fix: exit code 2 and a message
-USER_ERRORS = (ConfigError, InputError, SettingsMismatch, ModelLoadError, IndexBuildError, IncompleteOutputs,
-               NoIndex)
+# errors a user can fix: exit code 2 and a message (the kernels' ModelLoadError is one, outside pipeline's kinds)
+USER_ERRORS = (UserError, ModelLoadError)
 # faults of the machine, not the input (a tokenizer worker or engine process died, a write failed, the device
 # is full): exit code 1
-JOB_FAULTS = (TokenizerPoolError, EngineProcessError, TextTooLargeForDevice, OSError)
+JOB_FAULTS = (JobFault, OSError)
 RESUME = "the completed units are kept: run the same command again to resume"
 
 
@@ -37,7 +31,11 @@ def fail(message: str, code: int = 2):
     raise SystemExit(code)
 
 
-def run_embed(config: EngineConfig, texts: list[str], prompt: str | None, prompt_name: str | None) -> None:
+def run_embed(config, texts: list[str], prompt: str | None, prompt_name: str | None) -> None:
+    """Prints each text's embedding as a JSON line; config: an EngineConfig."""
+    from embedpipe.kernels.engine import Engine
+    from embedpipe.pipeline.embed import embed_texts, make_tokenizer
+
     try:
         engine = Engine(config)
         tokenizer = make_tokenizer(engine, prompt, prompt_name)
@@ -51,14 +49,14 @@ def run_embed(config: EngineConfig, texts: list[str], prompt: str | None, prompt
 def run_index(given: dict, config_file) -> None:
     """Exit codes: 0 done; 1 a fault (worker, engine process, disk, device) or a bug; 2 usage / config / input
     error; 3 done but for skipped files; 4 OUTPUT is locked by another run; 130 / 143 interrupted (SIGINT / SIGTERM)."""
-    from .job import run_job
+    from embedpipe.pipeline.job import run_job
 
     _run_units_job(run_job, _options(given, config_file))
 
 
 def run_tokenize(given: dict, config_file) -> None:
     """`embedpipe tokenize`: the exit codes of run_index. Its workers default to CPU count - 1 on any machine."""
-    from .tokenize_job import run_tokenize as tokenize
+    from embedpipe.pipeline.tokenize_job import run_tokenize as tokenize
 
     options = _options(given, config_file)
     if options.workers is None:
@@ -133,7 +131,7 @@ def run_merge(outputs: list[Path], into: Path, factory: str, allow_incomplete: b
 
 def run_verify(outputs: list, index_dir, inputs: list[str] | None) -> None:
     """Prints each check; exit codes: 0 all hold, 1 a check failed, 2 not an output folder or bad inputs, 4 locked."""
-    from .verify import verify
+    from embedpipe.pipeline.verify import verify
 
     try:
         with contextlib.ExitStack() as held:  # shared: no index job starts writing while verify reads
@@ -155,6 +153,9 @@ def run_verify(outputs: list, index_dir, inputs: list[str] | None) -> None:
 def run_query(text: str, index_dir, k: int, as_json: bool, model: str | None, dim: int | None,
               dtype: str | None, prompt: str | None, prompt_name: str | None, device: str) -> None:
     """With an index: print the top-k hits of `text`; without: print its embedding, like `embed`."""
+    from embedpipe.kernels.engine import EngineConfig
+    from embedpipe.pipeline.query import format_hits, query_prompt_name, search
+
     if index_dir is None:
         try:
             config = EngineConfig(model=model or "minilm", dim=dim, output_dtype=dtype or "float32", device=device)
