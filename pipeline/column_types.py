@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .manifest import completed_units
-from .sources import InputError
+from .sources import ColumnSpec, InputError, WorkUnit, unit_rows, unit_schema
 
 
 class ColumnTypeChange(InputError):
@@ -67,3 +67,20 @@ class ColumnTypes:
             self.schema = columns
         else:
             self.schema = widen(self.schema, columns, path)
+
+
+def check_job_types(output: Path, units: list[WorkUnit], columns: ColumnSpec, folder: str = "embeddings") -> None:
+    """Before anything is embedded: the id and kept columns of the job's Parquet and dataset units keep
+    one kind of type across its files (in unit order, after the output's completed units), as
+    ColumnTypes checks each batch read. Raises ColumnTypeChange naming the first file that breaks it,
+    for every shard of a job alike, so a --devices or Ray job fails at its start instead of at the
+    index build. JSONL and CSV files are checked as they are read; a file that cannot be read is left
+    to the reader, which reports (or skips) it."""
+    types = ColumnTypes.of_output(output, folder)
+    for unit in units:
+        try:
+            schema, rows = unit_schema(unit, columns), unit_rows(unit)
+        except InputError:
+            continue
+        if schema is not None:
+            types.check(schema, rows[1] - rows[0], unit.path)

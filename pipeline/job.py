@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 
 from embedpipe.kernels.engine import Engine, EngineConfig, ModelSpec, model_spec
 
+from .column_types import check_job_types
 from .config import ConfigError, JobConfig
 from .embed import make_tokenizer
 from .lock import output_lock
@@ -155,6 +156,7 @@ def plan_units(job: JobConfig, settings: dict, folder: str = "embeddings") -> tu
         remove_temporaries(job.output)  # left by a killed run; nobody else writes here
     bad_listing: list[tuple[str, str]] = []
     units = list_units(list(job.inputs), job.rows_per_unit, bad_listing if job.skip_bad_files else None)
+    check_job_types(job.output, units, job.columns, folder)
     write_unit_list(job.output, units)
     mine = units[job.shard_index::job.num_shards]
     done_before = completed_units(job.output, folder)

@@ -218,6 +218,20 @@ def read_unit(unit: WorkUnit, columns: ColumnSpec, batch_rows: int = 4096,
         raise UnreadableInputError(f"{unit.path}: cannot read {unit.format} input: {error}") from error
 
 
+def unit_schema(unit: WorkUnit, columns: ColumnSpec) -> pa.Schema | None:
+    """The schema of the batches read_unit yields for a Parquet or saved-dataset unit (id, text, kept),
+    from its footer or features without reading rows; None for JSONL / CSV, typed only once read."""
+    if unit.format not in ("parquet", "hf"):
+        return None
+    try:
+        schema = _parquet_file(unit.path).schema_arrow if unit.format == "parquet" \
+            else _load_hf(unit.path).features.arrow_schema
+        empty = pa.RecordBatch.from_pylist([], schema=schema)
+        return _shape_batch(empty, columns, _check_schema(schema, columns, unit.path), unit, 0).schema
+    except (pa.ArrowException, OSError) as error:
+        raise UnreadableInputError(f"{unit.path}: cannot read {unit.format} input: {error}") from error
+
+
 def unit_rows(unit: WorkUnit) -> tuple[int, int] | None:
     """The unit's rows [start, stop) (file row numbers); None for a JSONL / CSV unit, read whole."""
     if unit.format == "hf":
