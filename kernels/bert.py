@@ -102,6 +102,11 @@ class BertModel(nn.Module):
         self.encoder = BertEncoder(cfg, ops)
         self.attn = attn
 
+    @classmethod
+    def from_folder(cls, folder, attn: AttentionBackend, ops) -> BertModel:
+        """The model of a ModelFolder's config (XLM-RoBERTa's too: it takes the same arguments)."""
+        return cls(folder.config, attn, ops)
+
     @staticmethod
     def attention_spec(cfg: dict) -> AttentionSpec:
         heads = cfg["num_attention_heads"]

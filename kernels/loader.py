@@ -1,6 +1,7 @@
 """Builds a model from a local folder and loads its safetensors weights (single file or sharded)."""
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
 
@@ -8,25 +9,24 @@ import torch
 from torch import nn
 
 from .attention import AttentionBackend, AttentionSpec
-from .bert import BertModel, XLMRobertaModel
 from .layers import PackedLinear
-from .model_folder import ModelFolder, ModelLoadError
-from .qwen3 import Qwen3Model
+from .model_folder import MODEL_FAMILIES, ModelFolder, ModelLoadError
 
-MODEL_CLASSES = {"bert": BertModel, "roberta": XLMRobertaModel, "xlm-roberta": XLMRobertaModel, "qwen3": Qwen3Model}
 RENAMES = (("LayerNorm.gamma", "LayerNorm.weight"), ("LayerNorm.beta", "LayerNorm.bias"))
 
 
+def model_class(model_type: str) -> type[nn.Module]:
+    """The class that runs a model_type (model_folder.MODEL_FAMILIES, the one registry)."""
+    module, name = MODEL_FAMILIES[model_type]
+    return getattr(importlib.import_module(f"{__package__}.{module}"), name)
+
+
 def attention_spec(folder: ModelFolder) -> AttentionSpec:
-    return MODEL_CLASSES[folder.model_type].attention_spec(folder.config)
+    return model_class(folder.model_type).attention_spec(folder.config)
 
 
 def build_model(folder: ModelFolder, attn: AttentionBackend, ops) -> nn.Module:
-    cls = MODEL_CLASSES[folder.model_type]
-    if cls is Qwen3Model:
-        max_positions = int(folder.config.get("max_position_embeddings", folder.max_seq_length))
-        return Qwen3Model(folder.config, attn, ops, max_positions=max_positions)
-    return cls(folder.config, attn, ops)
+    return model_class(folder.model_type).from_folder(folder, attn, ops)
 
 
 def load_model(folder: ModelFolder, attn: AttentionBackend, ops, device: torch.device, dtype: torch.dtype) -> nn.Module:

@@ -5,7 +5,10 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-SUPPORTED_MODEL_TYPES = ("bert", "roberta", "xlm-roberta", "qwen3")
+# The one model registry: config.json's model_type -> (module of kernels/, class) that runs it. Read here,
+# without torch, to check a folder before anything loads; kernels/loader.py imports the class.
+MODEL_FAMILIES = {"bert": ("bert", "BertModel"), "roberta": ("bert", "XLMRobertaModel"),
+                  "xlm-roberta": ("bert", "XLMRobertaModel"), "qwen3": ("qwen3", "Qwen3Model")}
 POOLING_MODES = ("mean", "cls", "lasttoken")
 
 
@@ -88,9 +91,9 @@ def read_model_folder(name: str, pooling: str | None = None) -> ModelFolder:
     path = resolve_model_path(name)
     config = _read_json(path, "config.json")
     model_type = config.get("model_type")
-    if model_type not in SUPPORTED_MODEL_TYPES:
+    if model_type not in MODEL_FAMILIES:
         raise ModelLoadError(f"model folder {path}: config.json has model_type {model_type!r} "
-                             f"(architectures {config.get('architectures')}); supported: {', '.join(SUPPORTED_MODEL_TYPES)}")
+                             f"(architectures {config.get('architectures')}); supported: {', '.join(MODEL_FAMILIES)}")
     modules = _read_json(path, "modules.json", required=pooling is None) or []
     pooling_mode, normalize = _read_modules(path, modules)
     st_config = _read_json(path, "sentence_bert_config.json", required=False) or {}

@@ -86,6 +86,11 @@ class Qwen3Model(nn.Module):
         self.norm = RMSNorm(cfg["hidden_size"], cfg["rms_norm_eps"])
         self.attn, self.ops = attn, ops
 
+    @classmethod
+    def from_folder(cls, folder, attn: AttentionBackend, ops) -> Qwen3Model:
+        """The model of a ModelFolder's config; its rotary table covers the folder's positions."""
+        return cls(folder.config, attn, ops, int(folder.config.get("max_position_embeddings", folder.max_seq_length)))
+
     @staticmethod
     def attention_spec(cfg: dict) -> AttentionSpec:
         causal = not cfg.get("use_bidirectional_attention", False)

@@ -97,3 +97,14 @@ def test_missing_tensor_is_named(minilm_copy):
 def test_unknown_model_name():
     with pytest.raises(ModelLoadError, match="never downloads"):
         Engine(EngineConfig(model="sentence-transformers/all-mpnet-base-v2", device="cpu"))
+
+
+def test_every_model_type_in_the_registry_names_a_class_that_builds_from_a_folder():
+    from torch import nn
+
+    from embedpipe.kernels.loader import model_class
+    from embedpipe.kernels.model_folder import MODEL_FAMILIES
+
+    for model_type in MODEL_FAMILIES:
+        cls = model_class(model_type)
+        assert issubclass(cls, nn.Module) and callable(cls.from_folder) and callable(cls.attention_spec)
