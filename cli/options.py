@@ -29,5 +29,10 @@ DEVICE = typer.Option(Device.auto, "--device", help="auto: CUDA when available, 
 
 
 def engine_config(model: str, dim: Optional[int], dtype: OutputDtype, device: Device):
+    """The EngineConfig of the options; a value it refuses (--dim 0) is a one-line usage error, exit 2."""
+    from embedpipe.cli.commands import fail
     from embedpipe.kernels.engine import EngineConfig
-    return EngineConfig(model=model, dim=dim, output_dtype=dtype.value, device=device.value)
+    try:
+        return EngineConfig(model=model, dim=dim, output_dtype=dtype.value, device=device.value)
+    except ValueError as error:
+        fail(str(error))

@@ -1,4 +1,5 @@
 """The `embedpipe embed` command, run as a user runs it."""
+import pytest
 import json
 import subprocess
 import sys
@@ -49,3 +50,10 @@ def test_help_is_instant_and_lists_commands():
                            capture_output=True, text=True)
     assert probe.stdout.strip() == "False", "importing the CLI must not import torch"
     assert time.perf_counter() - start < 10
+
+
+@pytest.mark.parametrize("command", [["embed", "hello"], ["warmup"]])
+def test_a_setting_the_engine_refuses_is_a_one_line_usage_error(command):
+    result = run_cli(*command, "--dim", "0", "--device", "cpu")
+    assert result.returncode == 2 and "dim must be positive, not 0" in result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
