@@ -1,11 +1,11 @@
 """The `embedpipe embed` command, run as a user runs it."""
-import pytest
 import json
 import subprocess
 import sys
 import time
 
 import numpy as np
+import pytest
 
 from conftest import cosine
 
