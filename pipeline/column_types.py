@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .manifest import completed_units
+from .output.layout import EMBEDDINGS_FOLDER
 from .sources import ColumnSpec, InputError, WorkUnit, unit_rows, unit_schema
 
 
@@ -49,7 +50,7 @@ class ColumnTypes:
         self.schema = schema
 
     @classmethod
-    def of_output(cls, output: Path, folder: str = "embeddings") -> ColumnTypes:
+    def of_output(cls, output: Path, folder: str = EMBEDDINGS_FOLDER) -> ColumnTypes:
         """Starts from the types of the output's completed units, so a resumed job checks against them.
 
         A unit file holds the id, the embedding (or, from `tokenize`, the token ids), then the kept columns."""
@@ -69,7 +70,8 @@ class ColumnTypes:
             self.schema = widen(self.schema, columns, path)
 
 
-def check_job_types(output: Path, units: list[WorkUnit], columns: ColumnSpec, folder: str = "embeddings") -> None:
+def check_job_types(output: Path, units: list[WorkUnit], columns: ColumnSpec,
+                    folder: str = EMBEDDINGS_FOLDER) -> None:
     """Before anything is embedded: the id and kept columns of the job's Parquet and dataset units keep
     one kind of type across its files (in unit order, after the output's completed units), as
     ColumnTypes checks each batch read. Raises ColumnTypeChange naming the first file that breaks it,

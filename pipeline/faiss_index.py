@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 
 from embedpipe.pipeline.column_types import widen
 from embedpipe.pipeline.manifest import completed_units, write_json_atomic
+from embedpipe.pipeline.output.layout import EMBEDDINGS_FOLDER, INDEX_FILE, INDEX_IDS_FILE, INDEX_META_FILE
 from embedpipe.pipeline.sinks import EMBEDDING_TYPES, AtomicParquetWriter, commit_file, temporary_path, writing
 
 TRAIN_SEED = 0
@@ -49,12 +50,12 @@ def build_index(output_dirs: list[Path], index_dir: Path, factory: str = "Flat",
     index, used_factory = new_index(factory, vector_type.list_size, binary)
     index_dir = Path(index_dir)
     ids_schema = schema.remove(schema.get_field_index("embedding"))
-    with AtomicParquetWriter(index_dir / "index_ids.parquet", ids_schema) as ids_file:
+    with AtomicParquetWriter(index_dir / INDEX_IDS_FILE, ids_schema) as ids_file:
         if _is_flat_ip(index):  # streamed to its file while the ids are copied (both release the GIL)
             with ThreadPoolExecutor(1) as ids_thread:
                 copied = ids_thread.submit(_copy_ids, files, ids_file)
                 num_vectors = _write_flat_ip(_iter_vectors(files, binary, cosine, dict(in_memory or {})),
-                                             index.d, _num_rows(files), index_dir / "index.faiss")
+                                             index.d, _num_rows(files), index_dir / INDEX_FILE)
                 num_rows, duplicate_ids = copied.result()
             if num_vectors != num_rows:  # only if a unit file changed while it was read
                 raise ValueError(f"the units' files hold {num_vectors} vectors, their ids {num_rows}")
@@ -66,13 +67,13 @@ def build_index(output_dirs: list[Path], index_dir: Path, factory: str = "Flat",
                        used_factory)
             # the vectors held in memory are let go as they are copied into the index: its memory, not twice
             _add_all(index, _iter_vectors(files, binary, cosine, dict(in_memory or {})))
-            _write_faiss(index, index_dir / "index.faiss", binary)
+            _write_faiss(index, index_dir / INDEX_FILE, binary)
     meta = {**(extra_meta or {}), "factory": used_factory, "dimension": index.d,
             "metric": "hamming" if binary else "cosine" if cosine else "inner_product",
             "dtype": _dtype_name(vector_type.value_type), "normalized": normalized,
             "num_rows": num_rows, "id_column": ids_schema.names[0], "duplicate_ids": duplicate_ids,
             "embedpipe_version": version("embedpipe")}
-    write_json_atomic(index_dir / "index.json", meta)
+    write_json_atomic(index_dir / INDEX_META_FILE, meta)
     return meta
 
 
@@ -81,7 +82,7 @@ def _embedding_files(output_dirs: list[Path]) -> list[Path]:
     found: dict[str, Path] = {}
     for output_dir in output_dirs:
         for unit_id, record in completed_units(output_dir).items():
-            path = Path(output_dir) / "embeddings" / record["file_name"]
+            path = Path(output_dir) / EMBEDDINGS_FOLDER / record["file_name"]
             if unit_id in found:
                 raise ValueError(f"unit {unit_id!r} is done in two outputs, {found[unit_id]} and {path}; "
                                  "index each output of a job once")
@@ -271,10 +272,10 @@ class SearchIndex:
         import faiss
 
         index_dir = Path(index_dir)
-        meta = json.loads((index_dir / "index.json").read_text())
+        meta = json.loads((index_dir / INDEX_META_FILE).read_text())
         read = faiss.read_index_binary if meta["metric"] == "hamming" else faiss.read_index
-        index = read(str(index_dir / "index.faiss"))
-        ids = pq.read_table(index_dir / "index_ids.parquet")
+        index = read(str(index_dir / INDEX_FILE))
+        ids = pq.read_table(index_dir / INDEX_IDS_FILE)
         if not index.ntotal == ids.num_rows == meta["num_rows"]:
             raise ValueError(f"{index_dir}: index ({index.ntotal}), ids ({ids.num_rows}) and "
                              f"index.json ({meta['num_rows']}) row counts differ; rebuild the index")

@@ -17,6 +17,7 @@ from .config import ConfigError, JobConfig
 from .embed import make_tokenizer
 from .lock import output_lock
 from .manifest import check_or_write_settings, completed_units
+from .output.layout import EMBEDDINGS_FOLDER, TEMPORARY_FOLDERS
 from .outputs import (check_index_factory, index_outputs, job_settings, write_metrics, write_rejected_table,
                       write_unit_list)
 from .progress import Progress
@@ -27,7 +28,6 @@ from .sources import WorkUnit, list_units
 from .tokenizer import TextTokenizer
 from .tokenizer_pool import TokenizerPool
 
-TEMPORARY_FOLDERS = ("embeddings", "tokens", "rejected", "manifest", ".")
 
 
 @dataclass
@@ -147,7 +147,7 @@ def prepare_job(job: JobConfig, spec: ModelSpec, tokenizer: TextTokenizer) -> Pr
     return PreparedJob(job, spec, tokenizer, settings, *plan_units(job, settings))
 
 
-def plan_units(job: JobConfig, settings: dict, folder: str = "embeddings") -> tuple:
+def plan_units(job: JobConfig, settings: dict, folder: str = EMBEDDINGS_FOLDER) -> tuple:
     """(units, mine, pending, done_before, bad_listing) of a job writing one file per unit into OUTPUT/folder,
     once OUTPUT's stored settings are checked (or written)."""
     job.output.mkdir(parents=True, exist_ok=True)

@@ -7,14 +7,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from embedpipe.pipeline.sinks import commit_file, safe_name, temporary_path, writing
+from embedpipe.pipeline.output.layout import (EMBEDDINGS_FOLDER, INDEX_FILE_NAMES, MANIFEST_FOLDER, OUTPUT_FOLDERS,
+                                              SETTINGS_FILE, manifest_record)
+from embedpipe.pipeline.sinks import commit_file, temporary_path, writing
 from embedpipe.pipeline.sources import WorkUnit
 
 from .errors import UserError
-
-SETTINGS_FILE = "job.json"
-OUTPUT_FOLDERS = ("manifest", "embeddings", "tokens", "rejected", "index")  # cleared on overwrite, in order
-INDEX_FILE_NAMES = ("index.faiss", "index_ids.parquet", "index.json")
 
 
 class SettingsMismatch(UserError):
@@ -39,14 +37,14 @@ def mark_done(output_dir: str | Path, unit: WorkUnit, num_rows: int, num_rejecte
     record = {"unit_id": unit.unit_id, "path": unit.path, "format": unit.format,
               "start": unit.start, "stop": unit.stop, "num_rows": num_rows,
               "num_rejected": num_rejected, "file_name": file_name, "finished_at": time.time()}
-    write_json_atomic(Path(output_dir) / "manifest" / f"{safe_name(unit.unit_id)}.json", record)
+    write_json_atomic(manifest_record(output_dir, unit.unit_id), record)
 
 
-def completed_units(output_dir: str | Path, folder: str = "embeddings") -> dict[str, dict]:
+def completed_units(output_dir: str | Path, folder: str = EMBEDDINGS_FOLDER) -> dict[str, dict]:
     """unit_id -> completion record, for units whose file exists in OUTPUT/folder (a tokenize job's: tokens)."""
     output_dir = Path(output_dir)
     done = {}
-    for record_path in sorted((output_dir / "manifest").glob("[!.]*.json")):
+    for record_path in sorted((output_dir / MANIFEST_FOLDER).glob("[!.]*.json")):
         try:
             record = json.loads(record_path.read_text())
         except (OSError, json.JSONDecodeError):  # unreadable: the unit is simply redone

@@ -1,12 +1,5 @@
-"""Job-level files of an output folder: settings, unit list, rejected.parquet, metrics.json and the index.
-
-OUTPUT/
-  job.json            settings that fix the embeddings (a resume must match them)
-  units.json          every unit of the whole job (all shards), for `merge` to check completeness
-  embeddings/ manifest/ rejected/   per-unit files (sinks.py, manifest.py)
-  rejected.parquet    all rejected rows, rewritten at the end of each run
-  metrics.json        the last run's counters
-  index.faiss index_ids.parquet index.json
+"""Job-level files of an output folder: settings, unit list, rejected.parquet, metrics.json and the index
+(their names, and the folder's whole layout: output/layout.py).
 """
 from __future__ import annotations
 
@@ -18,7 +11,8 @@ from embedpipe.kernels.model_folder import builtin_models
 
 from .errors import UserError
 from .faiss_index import build_index, new_index
-from .manifest import SETTINGS_FILE, completed_units, write_json_atomic
+from .manifest import completed_units, write_json_atomic
+from .output.layout import INDEX_META_FILE, METRICS_FILE, REJECTED_FILE, SETTINGS_FILE, UNITS_FILE
 from .sinks import AtomicParquetWriter, read_rejected
 from .sources import WorkUnit
 
@@ -28,9 +22,6 @@ if TYPE_CHECKING:
     from .config import JobConfig
     from .tokenizer import TextTokenizer
 
-UNITS_FILE = "units.json"
-METRICS_FILE = "metrics.json"
-REJECTED_FILE = "rejected.parquet"
 FLOAT_DTYPES = ("float32", "float16")
 # job.json keys that index.json holds with another meaning: its id_column is the column's name, job.json's the option
 INDEX_OWNED_KEYS = ("id_column",)
@@ -89,7 +80,7 @@ def index_outputs(output_dirs: list[Path], index_dir: Path, factory: str, settin
     done = [record for d in output_dirs for record in completed_units(d).values()]
     extra = {**settings, "num_units": len(done)}
     num_rows = sum(record["num_rows"] for record in done)
-    meta_path = Path(index_dir) / "index.json"
+    meta_path = Path(index_dir) / INDEX_META_FILE
     if meta_path.is_file():
         meta = json.loads(meta_path.read_text())
         if meta.get("factory") == factory and meta.get("num_rows") == num_rows and \

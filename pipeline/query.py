@@ -10,6 +10,7 @@ from embedpipe.kernels.model_folder import ModelFolder
 from .embed import embed_texts, make_tokenizer
 from .errors import UserError
 from .faiss_index import SearchIndex
+from .output.layout import INDEX_META_FILE
 
 QUERY_PROMPT_NAME = "query"
 MAX_CELL_CHARS = 60
@@ -27,7 +28,7 @@ def query_prompt_name(folder: ModelFolder, prompt: str | None, prompt_name: str 
 
 
 def load_index(index_dir: Path) -> SearchIndex:
-    if not (Path(index_dir) / "index.json").is_file():
+    if not (Path(index_dir) / INDEX_META_FILE).is_file():
         raise NoIndex(f"{index_dir} holds no index (index.json); a sharded job's outputs are indexed by "
                       "`embedpipe merge OUTPUT...`")
     return SearchIndex.load(index_dir)

@@ -2,9 +2,7 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
-import re
 import tempfile
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -14,10 +12,11 @@ import pyarrow as pa
 import pyarrow.dataset as pds
 import pyarrow.parquet as pq
 
+from .output.layout import EMBEDDINGS_FOLDER, REJECTED_FOLDER, unit_file
+
 EMBEDDING_TYPES = {"float32": pa.float32(), "float16": pa.float16(), "int8": pa.int8(),
                    "binary": pa.uint8()}  # binary: sign bits packed 8 per uint8
 REJECTED_SCHEMA = pa.schema([("id", pa.string()), ("unit_id", pa.string()), ("reason", pa.string())])
-MAX_NAME_CHARS = 120
 
 
 def embedding_type(dtype_name: str) -> pa.DataType:
@@ -25,12 +24,6 @@ def embedding_type(dtype_name: str) -> pa.DataType:
     if dtype_name not in EMBEDDING_TYPES:
         raise ValueError(f"unknown embedding dtype {dtype_name!r}; use one of {list(EMBEDDING_TYPES)}")
     return EMBEDDING_TYPES[dtype_name]
-
-
-def safe_name(unit_id: str) -> str:
-    """A file-name stem for a unit: readable, and unique thanks to a hash of the full unit_id."""
-    readable = re.sub(r"[^A-Za-z0-9._-]+", "_", unit_id)[:MAX_NAME_CHARS].lstrip("._")
-    return f"{readable}-{hashlib.sha1(unit_id.encode()).hexdigest()[:10]}"
 
 
 def temporary_path(final: Path) -> Path:
@@ -137,7 +130,7 @@ class UnitWriter(AtomicParquetWriter):
         self.dim = dim
         vector_type = pa.list_(embedding_type(dtype_name), dim)
         schema = pa.schema([id_field, pa.field("embedding", vector_type, nullable=False), *kept_fields])
-        final = Path(output_dir) / "embeddings" / f"{safe_name(unit_id)}.parquet"
+        final = unit_file(output_dir, EMBEDDINGS_FOLDER, unit_id)
         super().__init__(final, schema, plain_columns=["embedding"])
         self.num_rows = 0
 
@@ -169,7 +162,7 @@ class RejectedWriter(_CommitOnExit):
 
     def __init__(self, output_dir: str | Path, unit_id: str):
         self.unit_id = unit_id
-        self.path = Path(output_dir) / "rejected" / f"{safe_name(unit_id)}.parquet"
+        self.path = unit_file(output_dir, REJECTED_FOLDER, unit_id)
         self.num_rows = 0
         self._file: AtomicParquetWriter | None = None
 
@@ -197,7 +190,7 @@ class RejectedWriter(_CommitOnExit):
 
 def read_rejected(output_dir: str | Path) -> pa.Table:
     """All rejected rows of a job (columns id, unit_id, reason); empty when none."""
-    folder = Path(output_dir) / "rejected"
+    folder = Path(output_dir) / REJECTED_FOLDER
     if not folder.is_dir():
         return REJECTED_SCHEMA.empty_table()
     # pyarrow.dataset skips hidden temporary files ("." prefix)

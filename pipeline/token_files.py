@@ -10,12 +10,12 @@ import pyarrow as pa
 from .config import JobConfig
 from .progress import Progress
 from .reader import PROMPT_KEY, TOKENIZER_KEY, Chunk
-from .sinks import AtomicParquetWriter, safe_name
+from .output.layout import TOKENS_FOLDER, unit_file
+from .sinks import AtomicParquetWriter
 from .sources import WorkUnit
 from .tokenizer import TextTokenizer
 from .unit_files import UnitFilesRunner, UnitSlot
 
-TOKENS_FOLDER = "tokens"
 TOKEN_IDS_COLUMN = "token_ids"
 
 
@@ -26,7 +26,7 @@ class TokenFile(AtomicParquetWriter):
         fields = [schema.field(0), pa.field(TOKEN_IDS_COLUMN, pa.list_(pa.int32()), nullable=False),
                   *(schema.field(i) for i in range(2, len(schema)))]
         metadata = {TOKENIZER_KEY: tokenizer.fingerprint.encode(), PROMPT_KEY: tokenizer.prompt.encode()}
-        final = output / TOKENS_FOLDER / f"{safe_name(unit.unit_id)}.parquet"
+        final = unit_file(output, TOKENS_FOLDER, unit.unit_id)
         super().__init__(final, pa.schema(fields, metadata=metadata))
         self.num_rows = 0
 

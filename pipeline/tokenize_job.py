@@ -19,7 +19,8 @@ from .outputs import write_metrics, write_rejected_table
 from .progress import Progress
 from .reader import read_and_tokenize
 from .sources import WorkUnit
-from .token_files import TOKEN_IDS_COLUMN, TOKENS_FOLDER, TokenFilesRunner
+from .output.layout import TOKENS_FOLDER
+from .token_files import TOKEN_IDS_COLUMN, TokenFilesRunner
 from .tokenizer import TextTokenizer
 from .tokenizer_pool import TokenizerPool
 from .unit_files import RunCounts

@@ -20,6 +20,7 @@ import pyarrow as pa
 from .column_types import ColumnTypes
 from .config import JobConfig
 from .manifest import mark_done
+from .output.layout import EMBEDDINGS_FOLDER
 from .output.writer_thread import WriterThread
 from .progress import Progress
 from .reader import Chunk, is_unreadable_file
@@ -63,7 +64,7 @@ class RunCounts:
 class UnitFilesRunner:
     """Streams the chunks of units into one file per unit, in OUTPUT/<folder>; see the module docstring."""
 
-    folder = "embeddings"
+    folder = EMBEDDINGS_FOLDER
 
     def __init__(self, job: JobConfig, progress: Progress):
         self.job, self.progress = job, progress

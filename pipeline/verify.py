@@ -22,7 +22,8 @@ import pyarrow.parquet as pq
 from .column_types import ColumnTypeChange, widen
 from .faiss_index import count_duplicates
 from .manifest import completed_units
-from .outputs import INDEX_OWNED_KEYS, UNITS_FILE, IncompleteOutputs, read_settings
+from .output.layout import EMBEDDINGS_FOLDER, INDEX_FILE, INDEX_IDS_FILE, INDEX_META_FILE, UNITS_FILE
+from .outputs import INDEX_OWNED_KEYS, IncompleteOutputs, read_settings
 from .sinks import embedding_type
 from .verify_input import check_input
 
@@ -76,7 +77,7 @@ def check_units(output_dirs: list[Path], report: Report) -> list[tuple[Path, dic
     for output_dir in output_dirs:
         for unit_id, record in completed_units(output_dir).items():
             twice += [unit_id] if unit_id in found else []
-            found[unit_id] = (output_dir / "embeddings" / record["file_name"], record)
+            found[unit_id] = (output_dir / EMBEDDINGS_FOLDER / record["file_name"], record)
     missing = sorted(listed - found.keys())
     if missing or not listed:
         report.check(False, "", f"units: {len(missing):,} of the job's {len(listed):,} units are not done "
@@ -143,7 +144,7 @@ def read_ids_and_bad_vectors(footer: pq.ParquetFile) -> tuple[pa.Array, pa.Array
 
 def check_index(index_dir: Path, settings: dict, ids: pa.ChunkedArray, report: Report) -> None:
     """index.json, index.faiss and index_ids.parquet against the embeddings and job.json."""
-    meta_path = index_dir / "index.json"
+    meta_path = index_dir / INDEX_META_FILE
     if not meta_path.is_file():
         report.check(False, "", f"index: no index.json in {index_dir} (build it with `embedpipe merge`)")
         return
@@ -156,7 +157,7 @@ def check_index(index_dir: Path, settings: dict, ids: pa.ChunkedArray, report: R
                  f"index: dimension {meta['dimension']} and dtype {meta['dtype']} in index.json, "
                  f"{settings['dim']} and {settings['dtype']} in job.json")
     num_vectors = read_faiss_count(index_dir, meta)
-    index_ids = pq.read_table(index_dir / "index_ids.parquet").column(0)
+    index_ids = pq.read_table(index_dir / INDEX_IDS_FILE).column(0)
     counts = (meta["num_rows"], num_vectors, len(index_ids))
     report.check(counts == (len(ids),) * 3, f"index: {len(ids):,} rows, as the embeddings",
                  f"index: {len(ids):,} embeddings but index.json, index.faiss and index_ids.parquet "
@@ -170,4 +171,4 @@ def read_faiss_count(index_dir: Path, meta: dict) -> int:
     import faiss
 
     read = faiss.read_index_binary if meta["metric"] == "hamming" else faiss.read_index
-    return read(str(index_dir / "index.faiss")).ntotal
+    return read(str(index_dir / INDEX_FILE)).ntotal

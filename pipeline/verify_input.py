@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from .outputs import UNITS_FILE
+from .output.layout import UNITS_FILE
 from .sinks import read_rejected
 from .sources import ColumnSpec, list_units, read_unit
 
