@@ -13,6 +13,7 @@ from embedpipe.kernels.model_folder import ModelLoadError, read_model_folder
 from embedpipe.pipeline.config import job_config, merge_options
 from embedpipe.pipeline.errors import JobFault, UserError
 from embedpipe.pipeline.lock import LOCK_FILE, OutputLocked, output_lock
+from embedpipe.pipeline.output.layout import INDEX_FILE, METRICS_FILE
 from embedpipe.pipeline.outputs import merge_outputs
 
 # torch is imported by the commands that run a model (embed, query, index, tokenize, serve) only, so that
@@ -92,7 +93,7 @@ def _run_units_job(run, options) -> None:
         signal.signal(signal.SIGTERM, previous_handler)
     if result.exit_code == 3:
         print(f"embedpipe: finished with {len(result.metrics['bad_files'])} bad files skipped (listed in "
-              f"{job.output / 'metrics.json'}); everything else is written", file=sys.stderr)
+              f"{job.output / METRICS_FILE}); everything else is written", file=sys.stderr)
     raise SystemExit(result.exit_code)
 
 
@@ -126,7 +127,7 @@ def run_merge(outputs: list[Path], into: Path, factory: str, allow_incomplete: b
     except OutputLocked as e:
         fail(str(e), 4)
     print(f"embedpipe: index of {meta['num_rows']:,} rows ({meta['factory']}, {meta['metric']}) "
-          f"at {into}/index.faiss", file=sys.stderr)
+          f"at {into / INDEX_FILE}", file=sys.stderr)
 
 
 def run_verify(outputs: list, index_dir, inputs: list[str] | None) -> None:

@@ -29,7 +29,6 @@ from .tokenizer import TextTokenizer
 from .tokenizer_pool import TokenizerPool
 
 
-
 @dataclass
 class JobResult:
     metrics: dict
@@ -101,7 +100,6 @@ class LocalEngine:
         self.pool.start()
         try:
             self.engine = load_engine(self.job.engine)
-            self.warm_up_s = self.engine.warm_up_s
         except BaseException as error:
             self.pool.__exit__(type(error), error, error.__traceback__)
             raise
@@ -109,6 +107,10 @@ class LocalEngine:
 
     def __exit__(self, *exc) -> None:
         self.pool.__exit__(*exc)
+
+    @property
+    def warm_up_s(self) -> float | None:
+        return self.engine.warm_up_s
 
     def embed(self, prepared: PreparedJob, progress: Progress) -> list[EngineReport]:
         keep_vectors = self.job.index_factory == "Flat" and not self.job.sharded  # this process builds it
