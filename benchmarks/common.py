@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from embedpipe.kernels.model_folder import builtin_models
-from embedpipe.kernels.random_model import SHAPES, write_random_model
+from embedpipe.kernels.models.model_folder import builtin_models
+from embedpipe.kernels.testing.random_model import SHAPES, write_random_model
 
 MODELS = ("minilm", "bert-base", "qwen3-0.6b", "pplx-embed-0.6b")
 LONG_CONTEXT = 8192  # max_seq_length of the random Qwen3-shaped folders (their positions go to 32768)

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from common import environment, tree_rss, write_results
-from embedpipe.kernels.model_folder import builtin_models
+from embedpipe.kernels.models.model_folder import builtin_models
 
 TEXTS_FILE = Path(__file__).parent.parent / "tests" / "data" / "texts.jsonl"
 SENTENCE_END = re.compile(r"(?<=[.!?。])\s+")

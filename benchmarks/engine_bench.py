@@ -90,8 +90,8 @@ def bench_model(name: str, cache: Path, ceiling: dict, attention: list[str]) -> 
 
 
 def _head_dim(folder: Path) -> int:
-    from embedpipe.kernels.loader import attention_spec
-    from embedpipe.kernels.model_folder import read_model_folder
+    from embedpipe.kernels.models.loader import attention_spec
+    from embedpipe.kernels.models.model_folder import read_model_folder
     return attention_spec(read_model_folder(str(folder))).head_dim
 
 

@@ -75,7 +75,7 @@ class NullEngine:
 
 def child(args) -> None:
     """Runs one job with NullEngine and prints its figures as one JSON line."""
-    from embedpipe.pipeline import job as job_module
+    from embedpipe.pipeline.index import job as job_module
     from embedpipe.pipeline.config import IndexOptions, job_config
 
     job_module.load_engine = NullEngine
@@ -144,7 +144,7 @@ def main() -> None:
     if args.child:
         args.workers = args.workers[0]
         return child(args)
-    from embedpipe.kernels.model_folder import builtin_models
+    from embedpipe.kernels.models.model_folder import builtin_models
 
     rows, repeats = (2000, 1) if args.quick else (args.rows, args.repeats)
     work = Path(tempfile.mkdtemp(prefix="host-pipeline-"))

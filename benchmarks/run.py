@@ -78,7 +78,7 @@ def bench_model(name: str, device: str, sizes: Sizes, suites: list[str], ceiling
                 work: Path, after_suite) -> dict:
     """The model's suites; `after_suite(result)` runs after each, so a killed run keeps what it measured."""
     folder = model_folder(name, cache)
-    from embedpipe.kernels.model_folder import read_model_folder
+    from embedpipe.kernels.models.model_folder import read_model_folder
     spec = read_model_folder(str(folder))
     params = linear_params(folder)
     result = {"linear_params": params, "flops_per_token": 2 * params, "max_tokens": spec.max_seq_length,

@@ -68,7 +68,7 @@ def main() -> None:
     parser.add_argument("--max-in-flight", default="2", help="comma-separated: one server per value")
     parser.add_argument("--device-ms", type=float, default=0.0, help="simulated device time per batch")
     args = parser.parse_args()
-    from embedpipe.kernels.model_folder import resolve_model_path
+    from embedpipe.kernels.models.model_folder import resolve_model_path
     payloads = [body(text) for text in texts_of(resolve_model_path(args.model), 64, args.tokens)]
     for workers, in_flight in itertools.product(args.http_workers.split(","), args.max_in_flight.split(",")):
         command = [sys.executable, __file__, "--serve", "--device-ms", str(args.device_ms), "--model", args.model,

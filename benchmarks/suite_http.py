@@ -330,7 +330,7 @@ def peer_app(folder: Path, device: str):
     from starlette.routing import Route
 
     from common import SentenceTransformersPeer
-    from embedpipe.pipeline.serve_protocol import embeddings_response
+    from embedpipe.pipeline.serve.protocol import embeddings_response
 
     peer, lock = SentenceTransformersPeer(folder, device), threading.Lock()
 

@@ -28,10 +28,10 @@ from common import ST_BATCH, SentenceTransformersPeer, TransformersPeer, min_cos
 from embedpipe.kernels.batch import BucketPolicy, pack
 from embedpipe.kernels.engine import Engine, EngineConfig
 from embedpipe.kernels.graph_cache import GraphConfig
-from embedpipe.kernels.model_folder import read_model_folder
-from embedpipe.pipeline.batcher import BatcherConfig, TokenBudgetBatcher
+from embedpipe.kernels.models.model_folder import read_model_folder
+from embedpipe.pipeline.batching.batcher import BatcherConfig, TokenBudgetBatcher
 from embedpipe.pipeline.config import CPU_BATCH_TOKENS
-from embedpipe.pipeline.tokenizer import TextTokenizer
+from embedpipe.pipeline.text.tokenizer import TextTokenizer
 from workloads import corpus_lengths, texts_of_lengths, write_corpus
 
 SAMPLE_S = 0.1

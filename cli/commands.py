@@ -9,12 +9,12 @@ import signal
 import sys
 from pathlib import Path
 
-from embedpipe.kernels.model_folder import ModelLoadError, read_model_folder
+from embedpipe.kernels.models.model_folder import ModelLoadError, read_model_folder
 from embedpipe.pipeline.config import job_config, merge_options
 from embedpipe.pipeline.errors import JobFault, UserError
-from embedpipe.pipeline.lock import LOCK_FILE, OutputLocked, output_lock
+from embedpipe.pipeline.output.lock import LOCK_FILE, OutputLocked, output_lock
 from embedpipe.pipeline.output.layout import INDEX_FILE, METRICS_FILE
-from embedpipe.pipeline.outputs import merge_outputs
+from embedpipe.pipeline.output.job_files import merge_outputs
 
 # torch is imported by the commands that run a model (embed, query, index, tokenize, serve) only, so that
 # --help, merge and verify start at once
@@ -35,7 +35,7 @@ def fail(message: str, code: int = 2):
 def run_embed(config, texts: list[str], prompt: str | None, prompt_name: str | None) -> None:
     """Prints each text's embedding as a JSON line; config: an EngineConfig."""
     from embedpipe.kernels.engine import Engine
-    from embedpipe.pipeline.embed import embed_texts, make_tokenizer
+    from embedpipe.pipeline.batching.embed import embed_texts, make_tokenizer
 
     try:
         engine = Engine(config)
@@ -50,14 +50,14 @@ def run_embed(config, texts: list[str], prompt: str | None, prompt_name: str | N
 def run_index(given: dict, config_file) -> None:
     """Exit codes: 0 done; 1 a fault (worker, engine process, disk, device) or a bug; 2 usage / config / input
     error; 3 done but for skipped files; 4 OUTPUT is locked by another run; 130 / 143 interrupted (SIGINT / SIGTERM)."""
-    from embedpipe.pipeline.job import run_job
+    from embedpipe.pipeline.index.job import run_job
 
     _run_units_job(run_job, _options(given, config_file))
 
 
 def run_tokenize(given: dict, config_file) -> None:
     """`embedpipe tokenize`: the exit codes of run_index. Its workers default to CPU count - 1 on any machine."""
-    from embedpipe.pipeline.tokenize_job import run_tokenize as tokenize
+    from embedpipe.pipeline.index.tokenize_job import run_tokenize as tokenize
 
     options = _options(given, config_file)
     if options.workers is None:
@@ -132,7 +132,7 @@ def run_merge(outputs: list[Path], into: Path, factory: str, allow_incomplete: b
 
 def run_verify(outputs: list, index_dir, inputs: list[str] | None) -> None:
     """Prints each check; exit codes: 0 all hold, 1 a check failed, 2 not an output folder or bad inputs, 4 locked."""
-    from embedpipe.pipeline.verify import verify
+    from embedpipe.pipeline.verify.checks import verify
 
     try:
         with contextlib.ExitStack() as held:  # shared: no index job starts writing while verify reads
@@ -155,7 +155,7 @@ def run_query(text: str, index_dir, k: int, as_json: bool, model: str | None, di
               dtype: str | None, prompt: str | None, prompt_name: str | None, device: str) -> None:
     """With an index: print the top-k hits of `text`; without: print its embedding, like `embed`."""
     from embedpipe.kernels.engine import EngineConfig
-    from embedpipe.pipeline.query import format_hits, query_prompt_name, search
+    from embedpipe.pipeline.serve.query import format_hits, query_prompt_name, search
 
     if index_dir is None:
         try:

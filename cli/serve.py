@@ -37,13 +37,13 @@ def serve(model: str = MODEL,
                    "one; 1 lets more requests gather into each batch.")):
     """Serve OpenAI-compatible /v1/embeddings (and /v1/search with --index) over HTTP."""
     from embedpipe.kernels.engine import EngineConfig
-    from embedpipe.pipeline.batcher import BatcherConfig
+    from embedpipe.pipeline.batching.batcher import BatcherConfig
     from embedpipe.cli.commands import USER_ERRORS, fail
     from embedpipe.pipeline.errors import JobFault
     if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
         fail(f"--device must be auto, cpu, cuda or cuda:N, not {device!r}")
     try:
-        from embedpipe.pipeline.serve import ServeConfig, run_server
+        from embedpipe.pipeline.serve.app import ServeConfig, run_server
     except ImportError as e:
         fail(f"{e.name} is missing; install the server extra: pip install 'embedpipe[serve]'")
     try:

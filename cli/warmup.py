@@ -13,7 +13,7 @@ def warmup(model: str = MODEL, dim: Optional[int] = DIM, dtype: OutputDtype = DT
     into ~/.cache/flashinfer; Triton caches in ~/.triton. Run once per machine image.
     """
     from embedpipe.cli.commands import fail
-    from embedpipe.pipeline.warmup import run_warmup
+    from embedpipe.pipeline.api import run_warmup
     try:
         run_warmup(engine_config(model, dim, dtype, device))
     except (ValueError, OSError) as e:

@@ -7,14 +7,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .attention import TorchRaggedAttention
-from .batch import Batch, BucketPolicy, pack
-from .graph_cache import GraphConfig, GraphCounters
-from .lazy_tensor import LazyTensor
-from .loader import attention_spec, load_model
-from .model_folder import ModelFolder, read_model_folder
-from .ops import make_ops
-from .pooling import OUTPUT_DTYPES, OutputSpec, Pooler
+from embedpipe.kernels.attention import TorchRaggedAttention
+from embedpipe.kernels.batch import Batch, BucketPolicy, pack
+from embedpipe.kernels.graph_cache import GraphConfig, GraphCounters
+from embedpipe.kernels.lazy_tensor import LazyTensor
+from embedpipe.kernels.models.loader import attention_spec, load_model
+from embedpipe.kernels.models.model_folder import ModelFolder, read_model_folder
+from embedpipe.kernels.ops import make_ops
+from embedpipe.kernels.pooling import OUTPUT_DTYPES, OutputSpec, Pooler
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 ATTENTION_BACKENDS = ("auto", "flashinfer", "fa2", "fa3", "torch-varlen", "torch")
@@ -108,7 +108,7 @@ class Engine:
             # tokenizer workers needed, and ran 1.6x slower (benchmarks/profile_index.py). Set after
             # loading, which does use the threads. Process-wide: the process is the engine's.
             torch.set_num_threads(1)
-            from .cuda_runner import CudaRunner
+            from embedpipe.kernels.cuda.runner import CudaRunner
             self.runner = CudaRunner(self.forward, self.attn, self.device, config.graphs,
                                      self.output.torch_dtype, self.output.width, config.spin_wait)
 
@@ -116,7 +116,7 @@ class Engine:
         spec = attention_spec(self.folder)
         if self.device.type != "cuda":
             return TorchRaggedAttention(spec)
-        from .cuda_attention import make_cuda_attention
+        from embedpipe.kernels.cuda.attention import make_cuda_attention
         # no sequence is longer than the position table; the padding sequence, than a large bucket step
         max_seqlen = max(int(self.folder.config.get("max_position_embeddings", self.folder.max_seq_length)), 256)
         return make_cuda_attention(self.config.attention, spec, self.device, self.dtype, max_seqlen,

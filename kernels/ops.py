@@ -1,7 +1,7 @@
 """Element-wise and normalisation ops of the model families, behind one interface.
 
 `TorchOps` is the reference (plain PyTorch; the CPU path). On CUDA, `TritonOps` fuses each op
-into one kernel (kernels/triton_ops.py). The engine picks one when it builds the model.
+into one kernel (kernels/cuda/triton_ops.py). The engine picks one when it builds the model.
 Shapes are packed: [num_tokens, ...], no batch dimension.
 """
 from __future__ import annotations
@@ -79,6 +79,6 @@ def _rope(x, cos, sin):
 
 def make_ops(device: torch.device):
     if device.type == "cuda":
-        from .triton_ops import TritonOps
+        from embedpipe.kernels.cuda.triton_ops import TritonOps
         return TritonOps
     return TorchOps

@@ -9,12 +9,12 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import UserError
+from embedpipe.pipeline.errors import UserError
 
 if TYPE_CHECKING:
     from embedpipe.kernels.engine import EngineConfig
-    from embedpipe.pipeline.batcher import BatcherConfig
-    from embedpipe.pipeline.sources import ColumnSpec
+    from embedpipe.pipeline.batching.batcher import BatcherConfig
+    from embedpipe.pipeline.inputs.sources import ColumnSpec
 
 BAD_ROW_POLICIES = ("skip", "fail")
 # On the CPU, torch already runs on every core: tokenizer processes would only contend with it,
@@ -32,7 +32,7 @@ class DeviceSpec:
     """`--devices`: the engines of a job, one per device.
 
     all -> every GPU; 0,1,3 -> these CUDA devices; gpu:N -> N GPUs; cpu:N -> N CPU engines.
-    Resolved where the engines run: this machine's GPUs (pipeline/devices.py) or a Ray cluster's.
+    Resolved where the engines run: this machine's GPUs (pipeline/scale/devices.py) or a Ray cluster's.
     """
 
     kind: str  # "cuda" | "cpu"
@@ -183,8 +183,8 @@ def job_config(options: IndexOptions) -> JobConfig:
     """Builds and validates the job's configs; raises ConfigError / ValueError with the reason."""
     from embedpipe.kernels.engine import EngineConfig
     from embedpipe.kernels.graph_cache import GraphConfig
-    from embedpipe.pipeline.batcher import BatcherConfig
-    from embedpipe.pipeline.sources import ColumnSpec
+    from embedpipe.pipeline.batching.batcher import BatcherConfig
+    from embedpipe.pipeline.inputs.sources import ColumnSpec
 
     o = options
     if o.output is None:

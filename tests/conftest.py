@@ -36,7 +36,7 @@ def minilm():
 def minilm_reference():
     """sentence-transformers all-MiniLM-L6-v2 in float32 on the CPU."""
     from sentence_transformers import SentenceTransformer
-    from embedpipe.kernels.model_folder import builtin_models
+    from embedpipe.kernels.models.model_folder import builtin_models
     return SentenceTransformer(str(builtin_models()["minilm"]), device="cpu")
 
 
@@ -48,7 +48,7 @@ def cosine(a, b):
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> Path:
     """A random-weight 2-layer BERT folder (hidden 64, mean pooling, normalised): fast on the CPU."""
-    from embedpipe.kernels.random_model import write_random_model
+    from embedpipe.kernels.testing.random_model import write_random_model
     folder = tmp_path_factory.mktemp("tiny-bert")
     write_random_model("tiny-bert", folder)
     return folder

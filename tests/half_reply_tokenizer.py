@@ -9,7 +9,7 @@ import os
 import signal
 from multiprocessing.connection import Connection
 
-from embedpipe.pipeline.tokenizer import TextTokenizer
+from embedpipe.pipeline.text.tokenizer import TextTokenizer
 
 
 class HalfReplyTokenizer(TextTokenizer):

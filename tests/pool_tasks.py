@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from embedpipe.pipeline.tokenizer import TextTokenizer
+from embedpipe.pipeline.text.tokenizer import TextTokenizer
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import psutil
 import pyarrow.parquet as pq
 
 from corpus import index_command
-from embedpipe.pipeline.manifest import completed_units
+from embedpipe.pipeline.output.manifest import completed_units
 
 # The tiny model's attention runs one small SDPA call per text and layer; on a shared 2-core
 # machine those calls are about 40 times faster on one thread than on two.

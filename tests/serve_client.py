@@ -14,10 +14,10 @@ import httpx
 import numpy as np
 import pyarrow as pa
 
-from embedpipe.pipeline.faiss_index import build_index
-from embedpipe.pipeline.manifest import mark_done
-from embedpipe.pipeline.sinks import UnitWriter
-from embedpipe.pipeline.sources import WorkUnit
+from embedpipe.pipeline.output.faiss_index import build_index
+from embedpipe.pipeline.output.manifest import mark_done
+from embedpipe.pipeline.output.sinks import UnitWriter
+from embedpipe.pipeline.inputs.sources import WorkUnit
 
 
 def free_port() -> int:
@@ -63,7 +63,7 @@ class InProcessServer:
 
     def __init__(self, server):
         import uvicorn
-        from embedpipe.pipeline.serve import create_app
+        from embedpipe.pipeline.serve.app import create_app
         self.server, self.port = server, free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         config = uvicorn.Config(create_app(server), host="127.0.0.1", port=self.port, log_level="warning")

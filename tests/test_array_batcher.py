@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from embedpipe.kernels.batch import BucketPolicy, split_in_halves
-from embedpipe.pipeline.batcher import BatcherConfig, TokenBudgetBatcher
+from embedpipe.pipeline.batching.batcher import BatcherConfig, TokenBudgetBatcher
 from embedpipe.pipeline.batching.array_batcher import ArrayBatcher, RowSpans, Span
 
 

@@ -4,7 +4,7 @@ import pytest
 
 from embedpipe.kernels.batch import BucketPolicy, pack
 from embedpipe.kernels.engine import Engine, EngineConfig
-from embedpipe.kernels.random_model import write_random_model
+from embedpipe.kernels.testing.random_model import write_random_model
 
 
 def _alone_and_packed(engine, seed=0):

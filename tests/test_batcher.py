@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from embedpipe.kernels.batch import Batch, BucketPolicy, pack
-from embedpipe.pipeline.batcher import BatcherConfig, BatchStats, TokenBudgetBatcher
+from embedpipe.pipeline.batching.batcher import BatcherConfig, BatchStats, TokenBudgetBatcher
 
 
 def check_bucketed(batch: Batch, policy: BucketPolicy) -> None:

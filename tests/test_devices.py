@@ -20,11 +20,11 @@ from typer.testing import CliRunner
 
 from corpus import assert_same_output, index_command, read_embeddings, run_index, variant_texts, write_corpus
 from embedpipe.cli.main import app
-from embedpipe.kernels.random_model import write_random_model
+from embedpipe.kernels.testing.random_model import write_random_model
 from embedpipe.pipeline.config import ConfigError, DeviceSpec, IndexOptions, job_config, merge_options
-from embedpipe.pipeline.batcher import BatchStats
-from embedpipe.pipeline.manifest import completed_units
-from embedpipe.pipeline.run_report import EngineReport, run_metrics
+from embedpipe.pipeline.batching.batcher import BatchStats
+from embedpipe.pipeline.output.manifest import completed_units
+from embedpipe.pipeline.index.report import EngineReport, run_metrics
 from processes import spawned_children, wait_until_gone
 
 UNIT_OPTIONS = ["--rows-per-unit", "50", "--quiet"]

@@ -7,11 +7,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from embedpipe.pipeline.column_types import ColumnTypeChange
-from embedpipe.pipeline.faiss_index import SearchIndex, build_index
-from embedpipe.pipeline.manifest import mark_done
-from embedpipe.pipeline.sinks import UnitWriter
-from embedpipe.pipeline.sources import WorkUnit
+from embedpipe.pipeline.inputs.column_types import ColumnTypeChange
+from embedpipe.pipeline.output.faiss_index import SearchIndex, build_index
+from embedpipe.pipeline.output.manifest import mark_done
+from embedpipe.pipeline.output.sinks import UnitWriter
+from embedpipe.pipeline.inputs.sources import WorkUnit
 
 
 def unit_vectors(num_rows, dim, seed=0):

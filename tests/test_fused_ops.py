@@ -15,7 +15,7 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 if DEVICE == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
     pytest.skip("Triton's interpreter is off (set TRITON_INTERPRET=1 before Python starts)", allow_module_level=True)
 
-from embedpipe.kernels.triton_ops import TritonOps  # noqa: E402
+from embedpipe.kernels.cuda.triton_ops import TritonOps  # noqa: E402
 
 DTYPES = [torch.float32, torch.bfloat16] if DEVICE == "cuda" else [torch.float32]
 

@@ -4,8 +4,8 @@ import torch
 
 from embedpipe.kernels.batch import BucketPolicy, pack
 from embedpipe.kernels.attention import AttentionSpec
-from embedpipe.kernels.cuda_attention import TorchVarlenAttention
-from embedpipe.kernels.cuda_runner import NUM_SLOTS, PinnedSlots
+from embedpipe.kernels.cuda.attention import TorchVarlenAttention
+from embedpipe.kernels.cuda.runner import NUM_SLOTS, PinnedSlots
 from embedpipe.kernels.graph_cache import Action, GraphCache, GraphConfig
 from embedpipe.kernels.lazy_tensor import LazyTensor
 

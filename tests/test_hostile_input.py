@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from conftest import cosine
 from corpus import TEXTS, read_embeddings, vectors_of
 from embedpipe.cli.main import app
-from embedpipe.pipeline.tokenizer import TextTokenizer
+from embedpipe.pipeline.text.tokenizer import TextTokenizer
 
 
 def index(*args):

@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 from corpus import read_embeddings, variant_texts, vectors_of, write_corpus
 from embedpipe.cli.main import app
-from embedpipe.pipeline.faiss_index import SearchIndex
-from embedpipe.pipeline.manifest import completed_units
+from embedpipe.pipeline.output.faiss_index import SearchIndex
+from embedpipe.pipeline.output.manifest import completed_units
 
 FAST = ["--device", "cpu", "--workers", "0", "--quiet"]
 
@@ -212,7 +212,8 @@ def test_a_flat_index_is_built_from_the_vectors_the_job_kept_within_its_budget(t
                                                                               budget, kept):
     """The job hands its written vectors to the Flat index build; past the budget it keeps none and the
     build reads the files. Either way the index equals one built from the files (merge)."""
-    from embedpipe.pipeline import faiss_index, outputs, runner
+    from embedpipe.pipeline.index import runner
+    from embedpipe.pipeline.output import faiss_index, job_files as outputs
 
     write_corpus(tmp_path / "in", variant_texts(300), num_files=2, row_group_size=50)
     given = []

@@ -125,7 +125,7 @@ def test_a_second_job_on_the_same_output_is_refused_and_the_first_is_unharmed(jo
 
 
 def test_a_tokenizer_that_raises_stops_the_job_with_its_cause(job, tmp_path, monkeypatch):
-    from embedpipe.pipeline.tokenizer import TextTokenizer
+    from embedpipe.pipeline.text.tokenizer import TextTokenizer
 
     inputs, options = job
     calls = iter(range(100))

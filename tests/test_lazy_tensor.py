@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from embedpipe.kernels.cuda_runner import NUM_SLOTS, PinnedSlots
+from embedpipe.kernels.cuda.runner import NUM_SLOTS, PinnedSlots
 from embedpipe.kernels.lazy_tensor import LazyTensor
 
 

@@ -8,7 +8,7 @@ from safetensors.torch import load_file, save_file
 
 from embedpipe.kernels.batch import pack
 from embedpipe.kernels.engine import Engine, EngineConfig
-from embedpipe.kernels.model_folder import ModelLoadError, builtin_models
+from embedpipe.kernels.models.model_folder import ModelLoadError, builtin_models
 
 
 @pytest.fixture
@@ -102,8 +102,8 @@ def test_unknown_model_name():
 def test_every_model_type_in_the_registry_names_a_class_that_builds_from_a_folder():
     from torch import nn
 
-    from embedpipe.kernels.loader import model_class
-    from embedpipe.kernels.model_folder import MODEL_FAMILIES
+    from embedpipe.kernels.models.loader import model_class
+    from embedpipe.kernels.models.model_folder import MODEL_FAMILIES
 
     for model_type in MODEL_FAMILIES:
         cls = model_class(model_type)

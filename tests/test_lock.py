@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from embedpipe.pipeline.lock import OutputLocked, output_lock
+from embedpipe.pipeline.output.lock import OutputLocked, output_lock
 
 
 def test_one_job_at_a_time_and_the_refusal_names_the_holder(tmp_path):
@@ -37,7 +37,7 @@ def test_shards_of_one_job_share_the_output_but_each_runs_once(tmp_path):
 HOLDER = """
 import sys, time
 from pathlib import Path
-from embedpipe.pipeline.lock import output_lock
+from embedpipe.pipeline.output.lock import output_lock
 with output_lock(Path(sys.argv[1])):
     print("locked", flush=True)
     time.sleep(600)

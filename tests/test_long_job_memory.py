@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from corpus import variant_texts, write_corpus
 from embedpipe.cli.main import app
-from embedpipe.pipeline import runner, unit_files
+from embedpipe.pipeline.index import runner, unit_files
 
 NUM_UNITS = 16
 ROWS_PER_UNIT = 100

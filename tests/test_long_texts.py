@@ -6,7 +6,7 @@ import pytest
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
 
 from corpus import TEXTS
-from embedpipe.pipeline.tokenizer import CUT_CHARS_PER_TOKEN, TextTokenizer
+from embedpipe.pipeline.text.tokenizer import CUT_CHARS_PER_TOKEN, TextTokenizer
 
 MAX_LENGTH = 128
 CORPUS = " ".join(TEXTS)

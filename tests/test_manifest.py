@@ -6,10 +6,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from embedpipe.pipeline.manifest import (SettingsMismatch, check_or_write_settings, completed_units,
+from embedpipe.pipeline.output.manifest import (SettingsMismatch, check_or_write_settings, completed_units,
                                          mark_done)
-from embedpipe.pipeline.sinks import UnitWriter
-from embedpipe.pipeline.sources import WorkUnit
+from embedpipe.pipeline.output.sinks import UnitWriter
+from embedpipe.pipeline.inputs.sources import WorkUnit
 
 
 def finish_unit(output_dir, unit_id, num_rows=2):

@@ -16,9 +16,9 @@ from corpus import read_embeddings, variant_texts, vectors_of, write_corpus
 from embedpipe.cli.main import app
 from embedpipe.kernels.batch import BucketPolicy, pack
 from embedpipe.kernels.engine import Engine, EngineConfig
-from embedpipe.pipeline import job
-from embedpipe.pipeline.embed import make_tokenizer
-from embedpipe.pipeline.oom_split import SplitOnOutOfMemory, TextTooLargeForDevice
+from embedpipe.pipeline.index import job
+from embedpipe.pipeline.batching.embed import make_tokenizer
+from embedpipe.pipeline.batching.oom_split import SplitOnOutOfMemory, TextTooLargeForDevice
 
 
 class OutOfMemoryAbove:

@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 from corpus import assert_same_output, read_embeddings, variant_texts, write_corpus
 from embedpipe.cli.main import app
 from embedpipe.pipeline.config import ConfigError, DeviceSpec
-from embedpipe.pipeline.manifest import completed_units
-from embedpipe.pipeline.ray_job import engine_pool, index_with_ray
+from embedpipe.pipeline.output.manifest import completed_units
+from embedpipe.pipeline.scale.ray_job import engine_pool, index_with_ray
 
 LOCAL = ["--device", "cpu", "--workers", "0"]
 COMMON = ["--rows-per-unit", "50", "--keep-columns", "source", "--quiet"]

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from conftest import cosine
-from embedpipe.pipeline.batcher import BatcherConfig
-from embedpipe.pipeline.embed import embed_token_ids
-from embedpipe.pipeline.serve import LocalBackend
-from embedpipe.pipeline.serve_fronts import FrontBridge, RemoteBackend
+from embedpipe.pipeline.batching.batcher import BatcherConfig
+from embedpipe.pipeline.batching.embed import embed_token_ids
+from embedpipe.pipeline.serve.app import LocalBackend
+from embedpipe.pipeline.serve.fronts import FrontBridge, RemoteBackend
 from serve_client import GatedEngine
 
 FAIL_TOKEN = 2999

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from conftest import cosine
-from embedpipe.pipeline.embed import embed_texts, make_tokenizer
+from embedpipe.pipeline.batching.embed import embed_texts, make_tokenizer
 from serve_client import ServerProcess, embed, metric, vectors, write_index
 
 pytestmark = pytest.mark.slow

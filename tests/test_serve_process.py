@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from conftest import cosine
-from embedpipe.pipeline.embed import embed_texts, make_tokenizer
+from embedpipe.pipeline.batching.embed import embed_texts, make_tokenizer
 from processes import spawned_children, wait_until_gone
 from serve_client import ServerProcess, embed, free_port, metric, vectors
 

@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from embedpipe.pipeline.serve import index_queries
-from embedpipe.pipeline.serve_protocol import (ApiError, Limits, check_lengths, embeddings_response,
+from embedpipe.pipeline.serve.app import index_queries
+from embedpipe.pipeline.serve.protocol import (ApiError, Limits, check_lengths, embeddings_response,
                                                parse_embeddings, parse_search, shorten)
 
 LIMITS = Limits(max_inputs=4, max_input_tokens=8, truncate=True, dim=16, vocab_size=100)

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from conftest import cosine
-from embedpipe.pipeline.batcher import BatcherConfig
-from embedpipe.pipeline.embed import embed_token_ids, make_tokenizer
-from embedpipe.pipeline.serve_scheduler import Scheduler, SchedulerClosed
+from embedpipe.pipeline.batching.batcher import BatcherConfig
+from embedpipe.pipeline.batching.embed import embed_token_ids, make_tokenizer
+from embedpipe.pipeline.serve.scheduler import Scheduler, SchedulerClosed
 from serve_client import GatedEngine
 
 SMALL_BATCHES = BatcherConfig(max_batch_tokens=512, max_batch_seqs=64)

@@ -6,7 +6,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from embedpipe.pipeline.output.layout import safe_name
-from embedpipe.pipeline.sinks import RejectedWriter, UnitWriter, embedding_type, read_rejected
+from embedpipe.pipeline.output.sinks import RejectedWriter, UnitWriter, embedding_type, read_rejected
 
 DTYPE_ARRAYS = {
     "float32": lambda rng, n, d: rng.standard_normal((n, d)).astype(np.float32),

@@ -8,8 +8,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from embedpipe.pipeline import sources
-from embedpipe.pipeline.sources import ColumnSpec, InputError, bad_text_reasons, list_units, read_unit
+from embedpipe.pipeline.inputs import sources
+from embedpipe.pipeline.inputs.sources import ColumnSpec, InputError, bad_text_reasons, list_units, read_unit
 
 
 def write_parquet(path, num_rows, row_group_size=10, **extra):

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from corpus import index_command, read_embeddings, variant_texts, write_corpus
 from embedpipe.cli.main import app
-from embedpipe.pipeline import faiss_index, sinks
+from embedpipe.pipeline.output import faiss_index, sinks
 from processes import FAST_ENV, assert_consistent
 
 OPTIONS = ["--device", "cpu", "--rows-per-unit", "20", "--quiet"]

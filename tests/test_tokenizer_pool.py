@@ -16,8 +16,8 @@ import numpy as np
 import psutil
 import pytest
 
-from embedpipe.pipeline.tokenizer import TextTokenizer
-from embedpipe.pipeline.tokenizer_pool import TokenizerPool, TokenizerPoolError
+from embedpipe.pipeline.text.tokenizer import TextTokenizer
+from embedpipe.pipeline.text.tokenizer_pool import TokenizerPool, TokenizerPoolError
 from pool_tasks import EncodeTexts, StampedReplies
 from processes import gone, wait_until_gone
 
@@ -162,8 +162,8 @@ def test_interrupt_does_not_wait_for_busy_workers(tokenizer):
 PARENT_SCRIPT = """
 import os, signal, sys
 sys.path.insert(0, sys.argv[2])
-from embedpipe.pipeline.tokenizer import TextTokenizer
-from embedpipe.pipeline.tokenizer_pool import TokenizerPool
+from embedpipe.pipeline.text.tokenizer import TextTokenizer
+from embedpipe.pipeline.text.tokenizer_pool import TokenizerPool
 from pool_tasks import EncodeTexts
 pool = TokenizerPool(TextTokenizer(sys.argv[1], 256), num_workers=2)
 for i, _ in pool.map((i, EncodeTexts(["text"] * 50)) for i in range(10**9)):

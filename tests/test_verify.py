@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 from corpus import variant_texts, write_corpus
 from embedpipe.cli.main import app
-from embedpipe.pipeline.lock import output_lock
-from embedpipe.pipeline.manifest import completed_units
+from embedpipe.pipeline.output.lock import output_lock
+from embedpipe.pipeline.output.manifest import completed_units
 
 
 def verify(*args):

@@ -2,8 +2,8 @@
 import pytest
 
 from embedpipe.kernels.engine import EngineConfig
-from embedpipe.kernels.random_model import write_random_model
-from embedpipe.pipeline.warmup import WARMUP_SHAPES, run_warmup
+from embedpipe.kernels.testing.random_model import write_random_model
+from embedpipe.pipeline.api import WARMUP_SHAPES, run_warmup
 
 
 def test_warmup_runs_each_shape_three_times(tmp_path):

@@ -1,6 +1,6 @@
 """Token-budget batcher over arrays: whole chunks of tokenized rows in, packed batches out.
 
-The same first-in first-out rule as TokenBudgetBatcher (pipeline/batcher.py), cut with numpy:
+The same first-in first-out rule as TokenBudgetBatcher (pipeline/batching/batcher.py), cut with numpy:
 a batch takes the longest run of queued sequences whose PADDED token count fits the budget and
 whose count fits max_batch_seqs; a single sequence longer than the budget is a batch of its own.
 Because the budget is a multiple of the policy's large token step (BatcherConfig checks it),
@@ -19,7 +19,7 @@ import torch
 
 from embedpipe.kernels.batch import Batch
 
-from ..batcher import BatcherConfig, BatchStats
+from embedpipe.pipeline.batching.batcher import BatcherConfig, BatchStats
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,121 @@
+"""Ragged attention on CUDA: FlashInfer's ragged prefill (no KV cache) and PyTorch's flash varlen.
+
+Both take the packed q/k/v of a batch and the batch's cu_seqlens; the padding sequence owns the
+padding rows, so every row belongs to a sequence and no real row sees a padding row.
+"""
+from __future__ import annotations
+
+import torch
+
+from embedpipe.kernels.attention import AttentionBackend, AttentionSpec, TorchRaggedAttention
+
+FLASHINFER_HEAD_DIMS = (64, 128, 256)  # head_dim 32 fails in FlashInfer's prefill kernels
+MIN_WORKSPACE_BYTES = 128 << 20
+# room for split-KV scratch, were a plan to split (up to ~10 bytes per output value on the H200)
+SPLIT_KV_BYTES_PER_VALUE = 16
+MIN_MAX_Q = 128  # the flash kernel's query block: a smaller max_q launches no fewer blocks
+
+
+class FlashInferAttention(AttentionBackend):
+    """FlashInfer BatchPrefillWithRaggedKVCacheWrapper, NHD layout, one wrapper, run eagerly.
+
+    Not graph-safe: on the H200 with FlashInfer 0.6.18.post1 (fa2, plans without KV split),
+    replaying a graph captured for the key (16384 tokens, 256 sequences) with other sequence
+    lengths hit an illegal memory access (benchmarks/results/2026-11-29-h200, README), while the
+    same batches replayed correctly with PyTorch's flash varlen kernel. `plan()` writes a pinned
+    host buffer that an async copy reads: before the wrapper is planned again, the copy of its
+    previous plan must have run (an event).
+    """
+
+    graph_safe = False
+
+    def __init__(self, spec: AttentionSpec, device: torch.device, dtype: torch.dtype, backend: str = "fa2",
+                 max_tokens: int = 16384):
+        import flashinfer
+
+        super().__init__(spec)
+        if spec.head_dim not in FLASHINFER_HEAD_DIMS:
+            raise ValueError(f"FlashInfer prefill supports head_dim {FLASHINFER_HEAD_DIMS}, not {spec.head_dim}")
+        self.dtype, self.backend = dtype, backend
+        scratch = SPLIT_KV_BYTES_PER_VALUE * max_tokens * spec.num_heads * spec.head_dim
+        workspace = torch.empty(max(MIN_WORKSPACE_BYTES, scratch), dtype=torch.uint8, device=device)
+        self._wrapper = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(workspace, "NHD", backend=backend)
+        self._planned: torch.cuda.Event | None = None  # recorded after the last plan's copy was queued
+
+    def plan(self, cu_seqlens: torch.Tensor, num_seqs: int, graph_key=None, device_cu_seqlens=None) -> None:
+        if self._planned is not None:
+            self._planned.synchronize()  # the previous plan's pinned buffer has been copied to the device
+        spec = self.spec
+        # no KV split: on the H200 it only added a merge pass (BERT-base 1 x 128: 0.525 -> 0.445 ms)
+        self._wrapper.plan(cu_seqlens, cu_seqlens, spec.num_heads, spec.num_kv_heads, spec.head_dim,
+                           causal=spec.causal, sm_scale=spec.scale, q_data_type=self.dtype, kv_data_type=self.dtype,
+                           disable_split_kv=True)
+        self._planned = torch.cuda.Event()
+        self._planned.record()
+
+    def forward(self, q, k, v):
+        return self._wrapper.run(q, k, v)
+
+
+class TorchVarlenAttention(AttentionBackend):
+    """PyTorch's flash-attention varlen kernel (aten._flash_attention_forward): any head_dim <= 256.
+
+    It reads cu_seqlens from the device; `max_q` bounds the longest sequence (the padding
+    sequence included), sizes the kernel's grid and is baked into a captured graph. So the graph
+    key adds the longest sequence's power-of-two bucket: with the batch's token count as the bound,
+    a batch of 200 short rows launched blocks for 16,384-token sequences in every layer (Qwen3-0.6B
+    on a corpus of 20-512 token rows, H200: 4,880 rows/s replayed vs 6,843 eager).
+    """
+
+    def __init__(self, spec: AttentionSpec, max_seqlen: int):
+        super().__init__(spec)
+        self.max_seqlen = max_seqlen
+        self._cu_seqlens = None
+        self._max_q = max_seqlen
+
+    def graph_key(self, batch) -> tuple[int, int, int]:
+        """(padded tokens, padded sequences, max_q): max_q a power of two >= the longest sequence, at
+        least MIN_MAX_Q, at most the model's positions and the batch's tokens."""
+        longest = _longest(batch.cu_seqlens)
+        max_q = min(max(MIN_MAX_Q, 1 << (longest - 1).bit_length()), self.max_seqlen, batch.key[0])
+        return (*batch.key, max_q)
+
+    def plan(self, cu_seqlens: torch.Tensor, num_seqs: int, graph_key=None, device_cu_seqlens=None) -> None:
+        longest = _longest(cu_seqlens)
+        if longest > self.max_seqlen:
+            raise ValueError(f"a sequence of {longest} tokens is longer than the model's {self.max_seqlen} positions")
+        self._max_q = graph_key[2] if graph_key is not None else longest  # a graph keeps the max_q of its key
+        self._cu_seqlens = device_cu_seqlens
+
+    def forward(self, q, k, v):
+        out = torch.ops.aten._flash_attention_forward(
+            q, k, v, self._cu_seqlens, self._cu_seqlens, self._max_q, self._max_q, 0.0,
+            self.spec.causal, False, scale=self.spec.scale)
+        return out[0]
+
+
+def _longest(cu_seqlens: torch.Tensor) -> int:
+    """The longest sequence of a batch, the padding sequence included (cu_seqlens on the host: numpy
+    does this in a third of the time torch's small-tensor ops take)."""
+    cu = cu_seqlens.numpy()
+    return int((cu[1:] - cu[:-1]).max())
+
+
+def make_cuda_attention(name: str, spec: AttentionSpec, device: torch.device, dtype: torch.dtype,
+                        max_seqlen: int, max_graph_tokens: int) -> AttentionBackend:
+    """name: auto | flashinfer | fa2 | fa3 | torch-varlen | torch.
+
+    auto: PyTorch's flash varlen kernel, the one ragged kernel that runs every head_dim here
+    (32 included) and replays correctly in CUDA graphs at every key. FlashInfer (fa2, fa3) is
+    opt-in and runs without graphs (see FlashInferAttention). float32, which no flash kernel runs,
+    takes the exact per-sequence SDPA backend, without CUDA graphs.
+    """
+    if dtype == torch.float32 or name == "torch":
+        return TorchRaggedAttention(spec)
+    if name == "auto":
+        name = "torch-varlen"
+    if name in ("flashinfer", "fa2", "fa3"):
+        return FlashInferAttention(spec, device, dtype, "fa2" if name == "flashinfer" else name, max_graph_tokens)
+    if name == "torch-varlen":
+        return TorchVarlenAttention(spec, max_seqlen)
+    raise ValueError(f"unknown attention backend {name!r}; choose auto, flashinfer, fa2, fa3 or torch-varlen")

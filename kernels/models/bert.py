@@ -1,0 +1,128 @@
+"""BERT family (all-MiniLM, BGE, E5) and (XLM-)RoBERTa: post-LayerNorm encoders, absolute positions.
+
+Parameter names follow the Hugging Face checkpoints; query/key/value load into one fused `qkv`.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from embedpipe.kernels.attention import AttentionBackend, AttentionSpec
+from embedpipe.kernels.models.layers import Embedding, LayerNorm, PackedLinear, activation
+
+
+class BertEmbeddings(nn.Module):
+    def __init__(self, cfg: dict, position_offset: int, ops):
+        super().__init__()
+        self.ops = ops
+        hidden = cfg["hidden_size"]
+        self.word_embeddings = Embedding(cfg["vocab_size"], hidden)
+        self.position_embeddings = Embedding(cfg["max_position_embeddings"], hidden)
+        self.token_type_embeddings = Embedding(cfg.get("type_vocab_size", 2), hidden)
+        self.LayerNorm = LayerNorm(hidden, eps=cfg["layer_norm_eps"])
+        self.position_offset = position_offset  # XLM-R counts positions from padding_idx + 1
+
+    def forward(self, input_ids, positions, token_type_ids):
+        x = self.word_embeddings(input_ids) + self.position_embeddings(positions + self.position_offset)
+        ln = self.LayerNorm
+        return self.ops.add_layer_norm(x, self.token_type_embeddings(token_type_ids), ln.weight, ln.bias, ln.eps)
+
+
+class BertSelfAttention(nn.Module):
+    def __init__(self, hidden: int, num_heads: int):
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, hidden // num_heads
+        self.qkv = PackedLinear(hidden, {"query": hidden, "key": hidden, "value": hidden}, bias=True)
+
+    def forward(self, x, attn: AttentionBackend):
+        q, k, v = self.qkv(x).view(x.shape[0], 3, self.num_heads, self.head_dim).unbind(1)
+        return attn.forward(q, k, v).reshape(x.shape[0], -1)
+
+
+class DenseLayerNorm(nn.Module):
+    """`LayerNorm(residual + dense(x))`: BERT's post-LN output blocks."""
+
+    def __init__(self, in_features: int, hidden: int, eps: float, ops):
+        super().__init__()
+        self.dense = nn.Linear(in_features, hidden)
+        self.LayerNorm = LayerNorm(hidden, eps=eps)
+        self.ops = ops
+
+    def forward(self, x, residual):
+        ln = self.LayerNorm
+        return self.ops.add_layer_norm(self.dense(x), residual, ln.weight, ln.bias, ln.eps)
+
+
+class BertAttention(nn.Module):
+    def __init__(self, cfg: dict, ops):
+        super().__init__()
+        self.self = BertSelfAttention(cfg["hidden_size"], cfg["num_attention_heads"])
+        self.output = DenseLayerNorm(cfg["hidden_size"], cfg["hidden_size"], cfg["layer_norm_eps"], ops)
+
+    def forward(self, x, attn):
+        return self.output(self.self(x, attn), x)
+
+
+class BertIntermediate(nn.Module):
+    def __init__(self, cfg: dict):
+        super().__init__()
+        self.dense = nn.Linear(cfg["hidden_size"], cfg["intermediate_size"])
+        self.act = activation(cfg.get("hidden_act", "gelu"))
+
+    def forward(self, x):
+        return self.act(self.dense(x))
+
+
+class BertLayer(nn.Module):
+    def __init__(self, cfg: dict, ops):
+        super().__init__()
+        self.attention = BertAttention(cfg, ops)
+        self.intermediate = BertIntermediate(cfg)
+        self.output = DenseLayerNorm(cfg["intermediate_size"], cfg["hidden_size"], cfg["layer_norm_eps"], ops)
+
+    def forward(self, x, attn):
+        h = self.attention(x, attn)
+        return self.output(self.intermediate(h), h)
+
+
+class BertEncoder(nn.Module):
+    def __init__(self, cfg: dict, ops):
+        super().__init__()
+        self.layer = nn.ModuleList(BertLayer(cfg, ops) for _ in range(cfg["num_hidden_layers"]))
+
+
+class BertModel(nn.Module):
+    """forward(input_ids [T], positions [T], token_type_ids [T] | None) -> hidden [T, hidden]."""
+
+    checkpoint_prefixes = ("bert.", "roberta.", "model.")
+
+    def __init__(self, cfg: dict, attn: AttentionBackend, ops, position_offset: int = 0):
+        super().__init__()
+        self.embeddings = BertEmbeddings(cfg, position_offset, ops)
+        self.encoder = BertEncoder(cfg, ops)
+        self.attn = attn
+
+    @classmethod
+    def from_folder(cls, folder, attn: AttentionBackend, ops) -> BertModel:
+        """The model of a ModelFolder's config (XLM-RoBERTa's too: it takes the same arguments)."""
+        return cls(folder.config, attn, ops)
+
+    @staticmethod
+    def attention_spec(cfg: dict) -> AttentionSpec:
+        heads = cfg["num_attention_heads"]
+        return AttentionSpec(heads, heads, cfg["hidden_size"] // heads, causal=False)
+
+    def forward(self, input_ids, positions, token_type_ids=None):
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        x = self.embeddings(input_ids, positions, token_type_ids)
+        for layer in self.encoder.layer:
+            x = layer(x, self.attn)
+        return x
+
+
+class XLMRobertaModel(BertModel):
+    """BERT layers; positions start at padding_idx + 1, one token type."""
+
+    def __init__(self, cfg: dict, attn: AttentionBackend, ops):
+        super().__init__(cfg, attn, ops, position_offset=int(cfg.get("pad_token_id", 1)) + 1)

@@ -1,0 +1,103 @@
+"""Qwen3 family: Qwen3-Embedding (causal, last-token) and pplx-embed (bidirectional, mean).
+
+Pre-norm RMSNorm blocks, grouped-query attention with per-head q/k RMSNorm before RoPE, SwiGLU.
+Parameter names follow the Hugging Face checkpoints; q/k/v and gate/up load into fused matmuls.
+The residual stream travels beside the hidden state so each add fuses into the next norm.
+"""
+from __future__ import annotations
+
+from torch import nn
+
+from embedpipe.kernels.attention import AttentionBackend, AttentionSpec
+from embedpipe.kernels.models.layers import Embedding, PackedLinear, RMSNorm, RotaryEmbedding
+
+
+def _head_dim(cfg: dict) -> int:
+    return cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+
+
+def _rope_theta(cfg: dict) -> float:
+    params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    return float(params.get("rope_theta", cfg.get("rope_theta", 1_000_000.0)))
+
+
+class Qwen3Attention(nn.Module):
+    def __init__(self, cfg: dict, ops):
+        super().__init__()
+        self.num_heads, self.num_kv_heads = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+        self.head_dim = _head_dim(cfg)
+        q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        bias = cfg.get("attention_bias", False)
+        self.qkv_proj = PackedLinear(cfg["hidden_size"], {"q_proj": q_size, "k_proj": kv_size, "v_proj": kv_size}, bias)
+        self.o_proj = nn.Linear(q_size, cfg["hidden_size"], bias=bias)
+        self.q_norm = RMSNorm(self.head_dim, cfg["rms_norm_eps"])
+        self.k_norm = RMSNorm(self.head_dim, cfg["rms_norm_eps"])
+        self.ops = ops
+
+    def forward(self, x, positions, rotary: RotaryEmbedding, attn: AttentionBackend):
+        # q [T, H, D], k and v [T, Hkv, D]
+        q, k, v = self.ops.qk_norm_rope(self.qkv_proj(x), self.q_norm.weight, self.k_norm.weight, positions,
+                                        rotary.cos, rotary.sin, self.num_heads, self.num_kv_heads, self.head_dim,
+                                        self.q_norm.eps)
+        return self.o_proj(attn.forward(q, k, v).reshape(x.shape[0], -1))
+
+
+class Qwen3MLP(nn.Module):
+    def __init__(self, cfg: dict, ops):
+        super().__init__()
+        inter = cfg["intermediate_size"]
+        self.gate_up_proj = PackedLinear(cfg["hidden_size"], {"gate_proj": inter, "up_proj": inter}, bias=False)
+        self.down_proj = nn.Linear(inter, cfg["hidden_size"], bias=False)
+        self.ops = ops
+
+    def forward(self, x):
+        return self.down_proj(self.ops.silu_and_mul(self.gate_up_proj(x)))
+
+
+class Qwen3DecoderLayer(nn.Module):
+    def __init__(self, cfg: dict, ops):
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg["hidden_size"], cfg["rms_norm_eps"])
+        self.self_attn = Qwen3Attention(cfg, ops)
+        self.post_attention_layernorm = RMSNorm(cfg["hidden_size"], cfg["rms_norm_eps"])
+        self.mlp = Qwen3MLP(cfg, ops)
+        self.ops = ops
+
+    def forward(self, x, residual, positions, rotary, attn):
+        """Returns (this layer's MLP output, the residual stream before it); their sum is the layer output."""
+        norm = self.input_layernorm
+        h, residual = self.ops.add_rms_norm(x, residual, norm.weight, norm.eps)
+        h = self.self_attn(h, positions, rotary, attn)
+        norm = self.post_attention_layernorm
+        h, residual = self.ops.add_rms_norm(h, residual, norm.weight, norm.eps)
+        return self.mlp(h), residual
+
+
+class Qwen3Model(nn.Module):
+    """forward(input_ids [T], positions [T]) -> hidden [T, hidden]; positions restart per sequence."""
+
+    checkpoint_prefixes = ("model.",)
+
+    def __init__(self, cfg: dict, attn: AttentionBackend, ops, max_positions: int):
+        super().__init__()
+        self.rotary = RotaryEmbedding(_head_dim(cfg), max_positions, _rope_theta(cfg))
+        self.embed_tokens = Embedding(cfg["vocab_size"], cfg["hidden_size"])
+        self.layers = nn.ModuleList(Qwen3DecoderLayer(cfg, ops) for _ in range(cfg["num_hidden_layers"]))
+        self.norm = RMSNorm(cfg["hidden_size"], cfg["rms_norm_eps"])
+        self.attn, self.ops = attn, ops
+
+    @classmethod
+    def from_folder(cls, folder, attn: AttentionBackend, ops) -> Qwen3Model:
+        """The model of a ModelFolder's config; its rotary table covers the folder's positions."""
+        return cls(folder.config, attn, ops, int(folder.config.get("max_position_embeddings", folder.max_seq_length)))
+
+    @staticmethod
+    def attention_spec(cfg: dict) -> AttentionSpec:
+        causal = not cfg.get("use_bidirectional_attention", False)
+        return AttentionSpec(cfg["num_attention_heads"], cfg["num_key_value_heads"], _head_dim(cfg), causal)
+
+    def forward(self, input_ids, positions, token_type_ids=None):
+        x, residual = self.embed_tokens(input_ids), None
+        for layer in self.layers:
+            x, residual = layer(x, residual, positions, self.rotary, self.attn)
+        return self.ops.add_rms_norm(x, residual, self.norm.weight, self.norm.eps)[0]

@@ -1,0 +1,257 @@
+"""One `index` run: prepare (guard the output's settings, list and shard the units, skip the done ones),
+embed the pending units (one engine here, one process per device, or a Ray cluster), then finish
+(rejected.parquet, the FAISS index when the whole job is done, metrics.json)."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ContextManager, Protocol
+
+import pyarrow.parquet as pq
+
+from embedpipe.kernels.engine import Engine, EngineConfig, ModelSpec, model_spec
+
+from embedpipe.pipeline.inputs.column_types import check_job_types
+from embedpipe.pipeline.config import ConfigError, JobConfig
+from embedpipe.pipeline.batching.embed import make_tokenizer
+from embedpipe.pipeline.output.lock import output_lock
+from embedpipe.pipeline.output.manifest import check_or_write_settings, completed_units
+from embedpipe.pipeline.output.layout import EMBEDDINGS_FOLDER, TEMPORARY_FOLDERS
+from embedpipe.pipeline.output.job_files import (check_index_factory, index_outputs, job_settings, write_metrics, write_rejected_table,
+                      write_unit_list)
+from embedpipe.pipeline.util.progress import Progress
+from embedpipe.pipeline.index.report import EngineReport, process_age_s, run_metrics
+from embedpipe.pipeline.index.reader import read_and_tokenize
+from embedpipe.pipeline.index.runner import UnitRunner
+from embedpipe.pipeline.inputs.sources import WorkUnit, list_units
+from embedpipe.pipeline.text.tokenizer import TextTokenizer
+from embedpipe.pipeline.text.tokenizer_pool import TokenizerPool
+
+
+@dataclass
+class JobResult:
+    metrics: dict
+    exit_code: int  # 0: every unit of this run's share is done; 3: done but for skipped bad files
+
+
+@dataclass
+class PreparedJob:
+    """A job whose settings are stored in OUTPUT and whose pending units are known."""
+
+    job: JobConfig
+    spec: ModelSpec
+    tokenizer: TextTokenizer
+    settings: dict
+    units: list[WorkUnit]  # every unit of the job, all shards
+    mine: list[WorkUnit]  # this shard's
+    pending: list[WorkUnit]  # this shard's units that are not done yet
+    done_before: dict[str, dict]
+    bad_listing: list[tuple[str, str]]  # (path, error) of files skipped while listing
+
+
+class Embedder(Protocol):
+    """Embeds a prepared job's pending units into OUTPUT, as UnitRunner writes them; one report per engine."""
+
+    def embed(self, prepared: PreparedJob, progress: Progress) -> list[EngineReport]: ...
+
+
+def run_job(job: JobConfig) -> JobResult:
+    """The whole job, holding OUTPUT's lock (raises OutputLocked when another run holds it)."""
+    entered = time.perf_counter()
+    startup = {"process_s": process_age_s()}  # where the time before the job clock goes (metrics.json)
+    spec, tokenizer = job_tokenizer(job)
+    with open_embedder(job, tokenizer) as embedder:  # loads the engine, checks the devices or joins Ray: before any output
+        startup["engine_s"] = time.perf_counter() - entered
+        startup["warm_up_s"] = getattr(embedder, "warm_up_s", None)
+        job.output.mkdir(parents=True, exist_ok=True)
+        with output_lock(job.output, shard=(job.shard_index, job.num_shards) if job.sharded else None):
+            preparing = time.perf_counter()
+            prepared = prepare_job(job, spec, tokenizer)
+            with Progress(expected_rows(prepared.pending), job.quiet) as progress:
+                startup["prepare_s"] = progress.start - preparing
+                _log_start(progress, prepared)
+                reports = embedder.embed(prepared, progress)
+                return finish_job(prepared, reports, progress, progress.start - entered,
+                                  getattr(embedder, "in_memory", None), startup)
+
+
+def open_embedder(job: JobConfig, tokenizer: TextTokenizer) -> ContextManager[Embedder]:
+    if job.ray_address is not None:
+        from embedpipe.pipeline.scale.ray_job import ray_engines
+        return ray_engines(job)
+    if job.devices is not None:
+        from embedpipe.pipeline.scale.devices import DeviceEngines
+        return DeviceEngines(job)
+    return LocalEngine(job, tokenizer)
+
+
+class LocalEngine:
+    """One engine in this process, fed by this process's tokenizer pool; a context manager.
+
+    Entering starts the pool's workers and then loads the engine (the workers start meanwhile).
+    """
+
+    def __init__(self, job: JobConfig, tokenizer: TextTokenizer):
+        self.job = job
+        self.pool = TokenizerPool(tokenizer, job.num_workers)
+
+    def __enter__(self) -> LocalEngine:
+        self.pool.start()
+        try:
+            self.engine = load_engine(self.job.engine)
+        except BaseException as error:
+            self.pool.__exit__(type(error), error, error.__traceback__)
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.pool.__exit__(*exc)
+
+    @property
+    def warm_up_s(self) -> float | None:
+        return self.engine.warm_up_s
+
+    def embed(self, prepared: PreparedJob, progress: Progress) -> list[EngineReport]:
+        keep_vectors = self.job.index_factory == "Flat" and not self.job.sharded  # this process builds it
+        runner = UnitRunner(self.job, self.engine, progress, keep_vectors)
+        runner.run(read_and_tokenize(self.job, self.pool, prepared.pending))
+        # its workers exit while the job finishes (joining them, ~0.1 s of the job's clock on the H200,
+        # waits until the pool's exit), and their memory is free for the index build
+        self.pool.close(wait=False)
+        self.in_memory = runner.in_memory
+        return [runner.report()]
+
+
+def load_engine(config: EngineConfig) -> Engine:
+    """The job's engine, warmed up before the job's clock starts (Engine.warm_up)."""
+    try:
+        engine = Engine(config)
+    except ValueError as error:  # a setting the model cannot take (dim)
+        raise ConfigError(str(error)) from error
+    engine.warm_up()
+    return engine
+
+
+def job_tokenizer(job: JobConfig) -> tuple[ModelSpec, TextTokenizer]:
+    """The model's spec and tokenizer (with the job's prompt), read once per job."""
+    try:
+        spec = model_spec(job.engine)
+        return spec, make_tokenizer(spec, job.prompt, job.prompt_name)
+    except ValueError as error:  # a setting the model cannot take (dim, prompt name)
+        raise ConfigError(str(error)) from error
+
+
+def prepare_job(job: JobConfig, spec: ModelSpec, tokenizer: TextTokenizer) -> PreparedJob:
+    """Checks the settings against OUTPUT (or stores them), lists the units and finds this run's pending ones."""
+    settings = job_settings(job, spec, tokenizer)
+    check_index_factory(job.index_factory, spec.output.width, spec.output.dtype == "binary")
+    return PreparedJob(job, spec, tokenizer, settings, *plan_units(job, settings))
+
+
+def plan_units(job: JobConfig, settings: dict, folder: str = EMBEDDINGS_FOLDER) -> tuple:
+    """(units, mine, pending, done_before, bad_listing) of a job writing one file per unit into OUTPUT/folder,
+    once OUTPUT's stored settings are checked (or written)."""
+    job.output.mkdir(parents=True, exist_ok=True)
+    check_or_write_settings(job.output, settings, job.overwrite)
+    if not job.sharded:
+        remove_temporaries(job.output)  # left by a killed run; nobody else writes here
+    bad_listing: list[tuple[str, str]] = []
+    units = list_units(list(job.inputs), job.rows_per_unit, bad_listing if job.skip_bad_files else None)
+    check_job_types(job.output, units, job.columns, folder)
+    write_unit_list(job.output, units)
+    mine = units[job.shard_index::job.num_shards]
+    done_before = completed_units(job.output, folder)
+    pending = [unit for unit in mine if unit.unit_id not in done_before]
+    return units, mine, pending, done_before, bad_listing
+
+
+def finish_job(prepared: PreparedJob, reports: list[EngineReport], progress: Progress, start_s: float = 0.0,
+               in_memory: dict | None = None, startup: dict | None = None) -> JobResult:
+    """Writes rejected.parquet, the index (once every unit of an unsharded job is done) and metrics.json.
+
+    in_memory: the vectors of this run's unit files, as the in-process engine kept them (build_index).
+    metrics' seconds is the job clock (embedding); start_s, before it (model, workers, listing), with
+    startup splitting it (process_s: the process's life before run_job, its imports); finish_s, after
+    it (this function: the index build, index_build_s, and the job's files)."""
+    job, units, mine = prepared.job, prepared.units, prepared.mine
+    metrics = run_metrics(reports, progress.seconds)
+    finishing = time.perf_counter()
+    metrics["bad_files"] = ([{"path": p, "error": e} for p, e in prepared.bad_listing]
+                            + [bad for report in reports for bad in report.bad_files])
+    done = completed_units(job.output)
+    missing = missing_units(mine, done, metrics["bad_files"])
+    metrics["units"] = {"listed": len(units), "this_run": len(mine), "done": sum(u.unit_id in done for u in mine),
+                        "shard": [job.shard_index, job.num_shards]}
+    metrics["output_rows"] = sum(record["num_rows"] for record in done.values())
+    metrics["output_rejected_rows"] = write_rejected_table(job.output)
+    if not job.sharded and units and not missing:
+        building = time.perf_counter()
+        meta = index_outputs([job.output], job.output, job.index_factory, prepared.settings, in_memory)
+        metrics["index"] = {key: meta.get(key)
+                            for key in ("factory", "metric", "num_rows", "dimension", "duplicate_ids")}
+        metrics["index_build_s"] = time.perf_counter() - building
+    metrics["start_s"], metrics["finish_s"] = start_s, time.perf_counter() - finishing
+    if startup is not None:
+        metrics["startup"] = startup
+    write_metrics(job.output, metrics)
+    progress.log(summary(metrics, job.output))
+    check_all_ended(missing)
+    return JobResult(metrics, 3 if metrics["bad_files"] else 0)
+
+
+def missing_units(mine: list[WorkUnit], done: dict[str, dict], bad_files: list[dict]) -> list[str]:
+    """This run's units that are neither done nor in a file skipped as bad."""
+    bad_paths = {bad["path"] for bad in bad_files}
+    return [unit.unit_id for unit in mine if unit.unit_id not in done and unit.path not in bad_paths]
+
+
+def check_all_ended(missing: list[str]) -> None:
+    if missing:  # every unit ends done or in a raised error
+        raise RuntimeError(f"{len(missing)} units were not completed, with no error (first: {missing[0]})")
+
+
+def _log_start(progress: Progress, prepared: PreparedJob) -> None:
+    job, units, mine, pending = prepared.job, prepared.units, prepared.mine, prepared.pending
+    share = f" (shard {job.shard_index} of {job.num_shards}: {len(mine)})" if job.sharded else ""
+    progress.log(f"{len(units)} units{share}, {len(mine) - len(pending)} already done, {len(pending)} to do")
+    stale = set(prepared.done_before) - {unit.unit_id for unit in units}
+    if stale:
+        progress.log(f"warning: {job.output} holds {len(stale)} done units that are not among the inputs "
+                     f"(e.g. {sorted(stale)[0]!r}); they stay in the index (--overwrite starts afresh)")
+
+
+def summary(metrics: dict, output: Path) -> str:
+    line = (f"embedded {metrics['rows']:,} rows ({metrics['rejected_rows']:,} rejected, "
+            f"{metrics['truncated_texts']:,} truncated) in {metrics['seconds']:.1f} s: "
+            f"{metrics['tokens_per_s']:,.0f} tokens/s, {metrics['embeddings_per_s']:,.1f} embeddings/s, "
+            f"padding {100 * metrics['padding_waste']:.1f}%")
+    if "index" in metrics:
+        line += f"; index of {metrics['index']['num_rows']:,} rows at {output / 'index.faiss'}"
+    if metrics.get("index", {}).get("duplicate_ids"):
+        line += f"; warning: {metrics['index']['duplicate_ids']:,} ids occur more than once (each row is kept)"
+    if metrics["bad_files"]:
+        line += f"; skipped {len(metrics['bad_files'])} bad files (listed in {output / 'metrics.json'})"
+    return line
+
+
+def expected_rows(units: list[WorkUnit]) -> int | None:
+    """Rows in the units, from Parquet footers; None when a unit's size is unknown (JSONL, CSV)."""
+    total, footers = 0, {}
+    for unit in units:
+        if unit.format == "hf":
+            total += unit.stop - unit.start
+        elif unit.format == "parquet":
+            if unit.path not in footers:
+                footers[unit.path] = pq.read_metadata(unit.path)
+            total += sum(footers[unit.path].row_group(g).num_rows for g in range(unit.start, unit.stop))
+        else:
+            return None
+    return total
+
+
+def remove_temporaries(output: Path) -> None:
+    """Deletes the hidden temporary files of writers that never finished."""
+    for folder in TEMPORARY_FOLDERS:
+        for path in (output / folder).glob(".*.tmp-*"):
+            path.unlink(missing_ok=True)

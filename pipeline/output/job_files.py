@@ -1,0 +1,129 @@
+"""Job-level files of an output folder: settings, unit list, rejected.parquet, metrics.json and the index
+(their names, and the folder's whole layout: output/layout.py).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from embedpipe.kernels.models.model_folder import builtin_models
+
+from embedpipe.pipeline.errors import UserError
+from embedpipe.pipeline.output.faiss_index import build_index, new_index
+from embedpipe.pipeline.output.manifest import completed_units, write_json_atomic
+from embedpipe.pipeline.output.layout import INDEX_META_FILE, METRICS_FILE, REJECTED_FILE, SETTINGS_FILE, UNITS_FILE
+from embedpipe.pipeline.output.sinks import AtomicParquetWriter, read_rejected
+from embedpipe.pipeline.inputs.sources import WorkUnit
+
+if TYPE_CHECKING:
+    from embedpipe.kernels.engine import ModelSpec
+
+    from embedpipe.pipeline.config import JobConfig
+    from embedpipe.pipeline.text.tokenizer import TextTokenizer
+
+FLOAT_DTYPES = ("float32", "float16")
+# job.json keys that index.json holds with another meaning: its id_column is the column's name, job.json's the option
+INDEX_OWNED_KEYS = ("id_column",)
+
+
+class IndexBuildError(UserError, ValueError):
+    """The embeddings are complete but the FAISS index could not be built."""
+
+
+class IncompleteOutputs(UserError, ValueError):
+    """`merge` was asked to index outputs that miss some of the job's units."""
+
+
+def job_settings(job: JobConfig, spec: ModelSpec, tokenizer: TextTokenizer) -> dict:
+    """What fixes the embeddings of a job (OUTPUT/job.json); `query` rebuilds the engine from it."""
+    output = spec.output
+    model = job.engine.model if job.engine.model in builtin_models() else str(spec.folder.path)
+    settings = {"model": model,
+                "pooling": output.pooling, "normalize": output.normalize, "dim": output.dim,
+                "dtype": output.dtype, "prompt": tokenizer.prompt, "max_seq_length": tokenizer.max_length,
+                "text_column": job.columns.text, "id_column": job.columns.id,
+                "keep_columns": list(job.columns.keep), "rows_per_unit": job.rows_per_unit}
+    if job.columns.token_ids:  # only then: the outputs of earlier versions keep their settings
+        settings["token_ids_column"] = job.columns.token_ids
+    return settings
+
+
+def write_unit_list(output_dir: Path, units: list[WorkUnit]) -> None:
+    write_json_atomic(output_dir / UNITS_FILE, {"units": [unit.unit_id for unit in units]})
+
+
+def write_rejected_table(output_dir: Path) -> int:
+    """Combines OUTPUT/rejected/*.parquet into OUTPUT/rejected.parquet; returns its row count."""
+    table = read_rejected(output_dir)
+    with AtomicParquetWriter(output_dir / REJECTED_FILE, table.schema) as file:
+        for batch in table.to_batches():
+            file.write_batch(batch.columns)
+    return table.num_rows
+
+
+def write_metrics(output_dir: Path, metrics: dict) -> None:
+    write_json_atomic(output_dir / METRICS_FILE, metrics)
+
+
+def read_settings(output_dir: Path) -> dict:
+    path = Path(output_dir) / SETTINGS_FILE
+    if not path.is_file():
+        raise IncompleteOutputs(f"{output_dir} is not an embedpipe output folder (no {SETTINGS_FILE})")
+    return json.loads(path.read_text())
+
+
+def index_outputs(output_dirs: list[Path], index_dir: Path, factory: str, settings: dict,
+                  in_memory: dict | None = None) -> dict:
+    """Builds the FAISS index of the outputs' completed units into index_dir, unless it is current
+    (in_memory: vectors of some unit files, held by the job that wrote them; see build_index)."""
+    done = [record for d in output_dirs for record in completed_units(d).values()]
+    extra = {**settings, "num_units": len(done)}
+    num_rows = sum(record["num_rows"] for record in done)
+    meta_path = Path(index_dir) / INDEX_META_FILE
+    if meta_path.is_file():
+        meta = json.loads(meta_path.read_text())
+        if meta.get("factory") == factory and meta.get("num_rows") == num_rows and \
+                all(meta.get(key) == value for key, value in extra.items() if key not in INDEX_OWNED_KEYS):
+            return meta  # already built from these units with these settings
+    normalized = bool(settings["normalize"]) and settings["dtype"] in FLOAT_DTYPES
+    try:
+        return build_index(list(output_dirs), Path(index_dir), factory, normalized, extra_meta=extra,
+                           in_memory=in_memory)
+    except ValueError as error:
+        raise IndexBuildError(f"{error}. The embeddings are complete; build the index again with "
+                              f"`embedpipe merge {' '.join(map(str, output_dirs))} --index-factory ...`") from error
+
+
+def check_index_factory(factory: str, width: int, binary: bool) -> None:
+    """Fails at once, before hours of embedding, on a factory string FAISS rejects."""
+    try:
+        new_index(factory, width, binary)
+    except ValueError as error:
+        raise IndexBuildError(str(error)) from error
+
+
+def merge_outputs(output_dirs: list[Path], index_dir: Path, factory: str, allow_incomplete: bool = False) -> dict:
+    """Indexes several (shard) outputs of one job together; they must share settings and cover the job."""
+    settings = read_settings(output_dirs[0])
+    for other in output_dirs[1:]:
+        if read_settings(other) != settings:
+            raise IncompleteOutputs(f"{other} was written with other settings than {output_dirs[0]} "
+                                    f"(compare their {SETTINGS_FILE}); only outputs of one job can be merged")
+    if not allow_incomplete:
+        _check_complete(output_dirs)
+    Path(index_dir).mkdir(parents=True, exist_ok=True)
+    return index_outputs(output_dirs, index_dir, factory, settings)
+
+
+def _check_complete(output_dirs: list[Path]) -> None:
+    listed: set[str] = set()
+    for output_dir in output_dirs:
+        path = Path(output_dir) / UNITS_FILE
+        if path.is_file():
+            listed.update(json.loads(path.read_text())["units"])
+    done = {unit_id for d in output_dirs for unit_id in completed_units(d)}
+    missing = sorted(listed - done)
+    if missing:
+        raise IncompleteOutputs(f"{len(missing)} of the job's {len(listed)} units are not done in these outputs "
+                                f"(first: {missing[0]!r}); run the missing shards, or pass --allow-incomplete")

@@ -1,0 +1,92 @@
+"""Per-unit completion records and the job-settings guard of an output folder."""
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from embedpipe.pipeline.output.layout import (EMBEDDINGS_FOLDER, INDEX_FILE_NAMES, MANIFEST_FOLDER, OUTPUT_FOLDERS,
+                                              SETTINGS_FILE, manifest_record)
+from embedpipe.pipeline.output.sinks import commit_file, temporary_path, writing
+from embedpipe.pipeline.inputs.sources import WorkUnit
+
+from embedpipe.pipeline.errors import UserError
+
+
+class SettingsMismatch(UserError):
+    """The output folder was written with other job settings."""
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Writes JSON through a temporary file renamed into place."""
+    temporary = temporary_path(path)
+    try:
+        with writing(path):
+            temporary.write_text(json.dumps(data, indent=2, sort_keys=True))
+            commit_file(temporary, path)
+    except BaseException:  # a full disk, an interrupt: no temporary is left behind
+        temporary.unlink(missing_ok=True)
+        raise
+
+
+def mark_done(output_dir: str | Path, unit: WorkUnit, num_rows: int, num_rejected: int,
+              file_name: str) -> None:
+    """Records `unit` as complete; call after its file (name within embeddings/) is in place."""
+    record = {"unit_id": unit.unit_id, "path": unit.path, "format": unit.format,
+              "start": unit.start, "stop": unit.stop, "num_rows": num_rows,
+              "num_rejected": num_rejected, "file_name": file_name, "finished_at": time.time()}
+    write_json_atomic(manifest_record(output_dir, unit.unit_id), record)
+
+
+def completed_units(output_dir: str | Path, folder: str = EMBEDDINGS_FOLDER) -> dict[str, dict]:
+    """unit_id -> completion record, for units whose file exists in OUTPUT/folder (a tokenize job's: tokens)."""
+    output_dir = Path(output_dir)
+    done = {}
+    for record_path in sorted((output_dir / MANIFEST_FOLDER).glob("[!.]*.json")):
+        try:
+            record = json.loads(record_path.read_text())
+        except (OSError, json.JSONDecodeError):  # unreadable: the unit is simply redone
+            continue
+        if (output_dir / folder / record["file_name"]).is_file():
+            done[record["unit_id"]] = record
+    return done
+
+
+def check_or_write_settings(output_dir: str | Path, settings: dict, overwrite: bool = False) -> bool:
+    """Guards an output folder against mixing jobs with different settings.
+
+    Writes OUTPUT/job.json on the first run. With different stored settings, raises
+    SettingsMismatch, or with `overwrite` clears the outputs and stores the new settings
+    (returns True then). Identical settings leave everything in place (a resume).
+    """
+    output_dir = Path(output_dir)
+    settings_path = output_dir / SETTINGS_FILE
+    new = json.loads(json.dumps(settings))  # compare as stored: tuples become lists, etc.
+    old = json.loads(settings_path.read_text()) if settings_path.exists() else None
+    if old == new:
+        return False
+    if old is not None and not overwrite:
+        raise SettingsMismatch(_mismatch_message(settings_path, old, new))
+    if old is not None:
+        clear_outputs(output_dir)
+    write_json_atomic(settings_path, new)
+    return old is not None
+
+
+def clear_outputs(output_dir: Path) -> None:
+    """Removes all results of a job (records first, so no record outlives its file)."""
+    for folder in OUTPUT_FOLDERS:
+        shutil.rmtree(output_dir / folder, ignore_errors=True)
+    for name in INDEX_FILE_NAMES:
+        (output_dir / name).unlink(missing_ok=True)
+
+
+def _mismatch_message(settings_path: Path, old: dict, new: dict) -> str:
+    missing = "<not set>"
+    pairs = {key: (old.get(key, missing), new.get(key, missing)) for key in sorted(old.keys() | new.keys())}
+    differing = [f"  {key}: {stored!r} (stored) != {now!r} (now)"
+                 for key, (stored, now) in pairs.items() if stored != now]
+    return (f"{settings_path} was written with other settings:\n" + "\n".join(differing)
+            + "\nUse a new output folder, or overwrite to discard the existing results.")

@@ -1,0 +1,197 @@
+"""Atomic Parquet writers: one embeddings file per unit, and the rejected rows of a unit."""
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.dataset as pds
+import pyarrow.parquet as pq
+
+from embedpipe.pipeline.output.layout import EMBEDDINGS_FOLDER, REJECTED_FOLDER, unit_file
+
+EMBEDDING_TYPES = {"float32": pa.float32(), "float16": pa.float16(), "int8": pa.int8(),
+                   "binary": pa.uint8()}  # binary: sign bits packed 8 per uint8
+REJECTED_SCHEMA = pa.schema([("id", pa.string()), ("unit_id", pa.string()), ("reason", pa.string())])
+
+
+def embedding_type(dtype_name: str) -> pa.DataType:
+    """Arrow value type of one embedding component for "float32" | "float16" | "int8" | "binary"."""
+    if dtype_name not in EMBEDDING_TYPES:
+        raise ValueError(f"unknown embedding dtype {dtype_name!r}; use one of {list(EMBEDDING_TYPES)}")
+    return EMBEDDING_TYPES[dtype_name]
+
+
+def temporary_path(final: Path) -> Path:
+    """A fresh hidden file next to `final` (same filesystem, so os.replace is atomic)."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    handle, name = tempfile.mkstemp(prefix=f".{final.name}.tmp-{os.getpid()}-", dir=final.parent)
+    os.close(handle)
+    return Path(name)
+
+
+@contextlib.contextmanager
+def writing(path: Path) -> Iterator[None]:
+    """Names `path` in an OSError raised while writing it (pyarrow's errors name no file)."""
+    try:
+        yield
+    except OSError as error:
+        raise OSError(error.errno, f"cannot write {path}: {error.strerror or error}") from error
+
+
+def commit_file(temporary: Path, final: Path) -> None:
+    """fsyncs `temporary`, renames it onto `final` and fsyncs the folder (durable rename)."""
+    with open(temporary, "rb") as written:
+        os.fsync(written.fileno())
+    os.replace(temporary, final)
+    folder = os.open(final.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
+
+
+class _CommitOnExit:
+    """Context manager: close() on success, abort() on an exception."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, error_type, error, traceback):
+        if error_type:
+            self.abort()
+        else:
+            self.close()
+
+
+class AtomicParquetWriter(_CommitOnExit):
+    """A ParquetWriter on a temporary file that becomes `final` on close() and vanishes on abort().
+
+    `plain_columns` are written without dictionary, compression or statistics: for embeddings,
+    which none of them shrink, the three cost 10x the write time (and a dictionary grows the file).
+    """
+
+    def __init__(self, final: Path, schema: pa.Schema, plain_columns: Sequence[str] = ()):
+        self.path = final
+        self.schema = schema
+        self._temporary = temporary_path(final)
+        try:
+            with writing(final):
+                self._writer = pq.ParquetWriter(self._temporary, schema, **column_options(schema, plain_columns))
+        except BaseException:
+            self._temporary.unlink(missing_ok=True)
+            raise
+
+    def write_batch(self, arrays: list[pa.Array]) -> None:
+        with writing(self.path):
+            self._writer.write_batch(pa.RecordBatch.from_arrays(arrays, schema=self.schema))
+
+    def close(self) -> Path:
+        with writing(self.path):
+            self._writer.close()
+            commit_file(self._temporary, self.path)
+        return self.path
+
+    def abort(self) -> None:
+        with contextlib.suppress(OSError, pa.ArrowException):  # the file is discarded anyway
+            self._writer.close()
+        self._temporary.unlink(missing_ok=True)
+
+
+def column_options(schema: pa.Schema, plain_columns: Sequence[str]) -> dict:
+    """ParquetWriter options that leave the leaves of `plain_columns` plain and the rest as by default."""
+    if not plain_columns:
+        return {}
+    sink = pa.BufferOutputStream()  # the options name Parquet leaf paths ("embedding.list.element")
+    pq.write_table(schema.empty_table(), sink)
+    leaves = pq.ParquetFile(pa.BufferReader(sink.getvalue())).schema
+    paths = [leaves.column(i).path for i in range(len(leaves))]
+    rest = [path for path in paths if path.split(".")[0] not in plain_columns]
+    return {"use_dictionary": rest, "write_statistics": rest,
+            "compression": {path: "snappy" if path in rest else "none" for path in paths}}
+
+
+class UnitWriter(AtomicParquetWriter):
+    """Writes one unit's embeddings to OUTPUT/embeddings/<safe_name(unit_id)>.parquet, atomically.
+
+    Schema: the id field, `embedding` as fixed_size_list<value, dim> (dim: values per row, i.e.
+    bytes for "binary"), then the kept fields; fixed here so empty batches cannot change it.
+    A context manager: closes on success, aborts (no file left) on an exception.
+    """
+
+    def __init__(self, output_dir: str | Path, unit_id: str, dim: int, dtype_name: str,
+                 id_field: pa.Field, kept_fields: Sequence[pa.Field] = ()):
+        if dim <= 0:
+            raise ValueError("dim must be positive")
+        self.dim = dim
+        vector_type = pa.list_(embedding_type(dtype_name), dim)
+        schema = pa.schema([id_field, pa.field("embedding", vector_type, nullable=False), *kept_fields])
+        final = unit_file(output_dir, EMBEDDINGS_FOLDER, unit_id)
+        super().__init__(final, schema, plain_columns=["embedding"])
+        self.num_rows = 0
+
+    def write(self, ids: pa.Array, embeddings: np.ndarray, kept: Sequence[pa.Array] = ()) -> None:
+        """Appends a row group; `embeddings` is [n, dim] of the writer's dtype."""
+        vector_type = self.schema.field("embedding").type
+        expected_dtype = vector_type.value_type.to_pandas_dtype()
+        if embeddings.ndim != 2 or embeddings.shape[1] != self.dim or embeddings.dtype != expected_dtype:
+            raise ValueError(f"embeddings must be [n, {self.dim}] {np.dtype(expected_dtype)}, "
+                             f"got {list(embeddings.shape)} {embeddings.dtype}")
+        arrays = [ids, *kept]
+        types = [self.schema.field(i).type for i in [0, *range(2, len(self.schema))]]
+        if len(arrays) != len(types) or any(a.type != t for a, t in zip(arrays, types)):
+            raise ValueError(f"id/kept types {[a.type for a in arrays]} differ from the schema {types}")
+        if len(ids) != len(embeddings) or any(len(a) != len(ids) for a in kept):
+            raise ValueError("ids, embeddings and kept columns must have the same length")
+        if len(ids):
+            flat = pa.array(np.ascontiguousarray(embeddings).reshape(-1))
+            vectors = pa.FixedSizeListArray.from_arrays(flat, type=vector_type)
+            self.write_batch([ids, vectors, *kept])
+            self.num_rows += len(ids)
+
+
+class RejectedWriter(_CommitOnExit):
+    """Collects a unit's rejected rows into OUTPUT/rejected/<safe_name(unit_id)>.parquet, atomically.
+
+    The file is created only when a row is rejected; close() with none removes a stale one.
+    """
+
+    def __init__(self, output_dir: str | Path, unit_id: str):
+        self.unit_id = unit_id
+        self.path = unit_file(output_dir, REJECTED_FOLDER, unit_id)
+        self.num_rows = 0
+        self._file: AtomicParquetWriter | None = None
+
+    def write(self, ids: pa.Array, reasons: Sequence[str]) -> None:
+        """Appends rows: ids (any type, stored as strings) and their rejection reasons."""
+        if len(ids) != len(reasons):
+            raise ValueError("ids and reasons must have the same length")
+        if not len(ids):
+            return
+        self._file = self._file or AtomicParquetWriter(self.path, REJECTED_SCHEMA)
+        unit_ids = pa.array([self.unit_id] * len(ids), pa.string())
+        self._file.write_batch([ids.cast(pa.string()), unit_ids, pa.array(reasons, pa.string())])
+        self.num_rows += len(ids)
+
+    def close(self) -> None:
+        if self._file is None:
+            self.path.unlink(missing_ok=True)
+        else:
+            self._file.close()
+
+    def abort(self) -> None:
+        if self._file is not None:
+            self._file.abort()
+
+
+def read_rejected(output_dir: str | Path) -> pa.Table:
+    """All rejected rows of a job (columns id, unit_id, reason); empty when none."""
+    folder = Path(output_dir) / REJECTED_FOLDER
+    if not folder.is_dir():
+        return REJECTED_SCHEMA.empty_table()
+    # pyarrow.dataset skips hidden temporary files ("." prefix)
+    return pds.dataset(folder, format="parquet", schema=REJECTED_SCHEMA).to_table()

@@ -1,0 +1,153 @@
+"""`index --ray`: the engines run on a Ray cluster, as one Ray Data pipeline.
+
+    pending units   ray.data.from_items, one block per unit
+      -> map          read and tokenize a unit: one CPU task each (ray_stages.tokenize_unit)
+      -> map_batches  embed and write it: an actor pool of engines, one GPU each (or cpu:N actors),
+                      one unit per call; the unit file and its manifest record as a local run writes them
+      -> iter_rows    one report per unit back to the driver: progress, metrics, errors
+
+The driver prepares and finishes the job as every other path does (job.py), so the output layout,
+resume (only pending units enter the pipeline) and the index are the same. Every node must see the
+inputs, the model folder and OUTPUT at the same paths: a shared filesystem.
+"""
+from __future__ import annotations
+
+import logging
+import pickle
+from contextlib import contextmanager
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Iterator
+
+from embedpipe.pipeline.config import ConfigError, DeviceSpec, JobConfig
+from embedpipe.pipeline.util.progress import Progress
+from embedpipe.pipeline.scale.ray_stages import EngineActor, tokenize_and_write, tokenize_unit
+from embedpipe.pipeline.index.report import EngineReport
+from embedpipe.pipeline.inputs.sources import WorkUnit
+from embedpipe.pipeline.text.tokenizer import TextTokenizer
+from embedpipe.pipeline.index.unit_files import RunCounts
+
+if TYPE_CHECKING:
+    from embedpipe.pipeline.index.job import PreparedJob
+
+# tokenize tasks use one core each: Ray's tasks are the parallelism, not the tokenizer's threads
+TOKENIZE_ENV = {"env_vars": {"TOKENIZERS_PARALLELISM": "false"}}
+
+
+@contextmanager
+def ray_engines(job: JobConfig) -> Iterator[RayEngines]:
+    """The engines of the cluster at job.ray_address (or of the Ray session this process already has)."""
+    with ray_session(job):
+        import ray
+        yield RayEngines(job, *engine_pool(job.devices, ray.cluster_resources()))
+
+
+@contextmanager
+def ray_session(job: JobConfig) -> Iterator[None]:
+    """Joins the cluster at job.ray_address unless this process already has a Ray session; leaves what it joined."""
+    try:
+        import ray
+    except ImportError as error:
+        raise ConfigError("--ray needs Ray Data: pip install 'embedpipe[ray]'") from error
+    joined = not ray.is_initialized()
+    if joined:
+        try:
+            ray.init(address=job.ray_address, logging_level=logging.WARNING if job.quiet else logging.INFO,
+                     log_to_driver=not job.quiet)
+        except ConnectionError as error:  # no cluster at that address
+            raise ConfigError(f"--ray {job.ray_address}: {error}") from error
+    try:
+        yield
+    finally:
+        if joined:
+            ray.shutdown()
+
+
+def engine_pool(spec: DeviceSpec, resources: dict) -> tuple[int, str]:
+    """(number of engine actors, their device) for --devices on a cluster of these resources."""
+    if spec.kind == "cpu":
+        if spec.count >= resources.get("CPU", 0):  # the actors hold their CPUs: tokenizing needs one more
+            raise ConfigError(f"devices cpu:{spec.count} needs more than {spec.count} CPUs in the Ray cluster, "
+                              f"which has {resources.get('CPU', 0):g}")
+        return spec.count, "cpu"
+    gpus = int(resources.get("GPU", 0))
+    if not gpus:
+        raise ConfigError("the Ray cluster has no GPUs; --devices cpu:N runs N engines on CPUs")
+    if spec.count is not None and spec.count > gpus:
+        raise ConfigError(f"devices gpu:{spec.count}: the Ray cluster has {gpus} GPUs")
+    return spec.count or gpus, "cuda"
+
+
+class RayEngines:
+    """The Embedder of `--ray`: see the module docstring."""
+
+    def __init__(self, job: JobConfig, num_engines: int, device: str):
+        self.job, self.num_engines, self.device = job, num_engines, device
+
+    def embed(self, prepared: PreparedJob, progress: Progress) -> list[EngineReport]:
+        if not prepared.pending:
+            return []
+        import ray.data
+
+        if self.job.quiet:
+            ray.data.DataContext.get_current().enable_progress_bars = False
+        units = ray.data.from_items([asdict(unit) for unit in prepared.pending],
+                                    override_num_blocks=len(prepared.pending))
+        tokenized = units.map(tokenize_unit, fn_kwargs={"job": self.job, "tokenizer": prepared.tokenizer},
+                              num_cpus=1, runtime_env=TOKENIZE_ENV)
+        written = tokenized.map_batches(
+            EngineActor, fn_constructor_kwargs={"job": self.job, "device": self.device}, batch_size=1,
+            compute=ray.data.ActorPoolStrategy(size=self.num_engines), num_cpus=1,
+            num_gpus=1 if self.device == "cuda" else 0)
+        progress.log(f"{self.num_engines} engines on Ray ({self.device})")
+        return self._collect(written, progress)
+
+    def _collect(self, written, progress: Progress) -> list[EngineReport]:
+        """Sums the unit reports per engine; raises the first unit's input error (the pipeline stops)."""
+        reports: dict[str, EngineReport] = {}
+        for report in unit_reports(written, "report", progress):
+            reports[report.device] = reports[report.device] + report if report.device in reports else report
+        return list(reports.values())
+
+
+def unit_reports(written, column: str, progress: Progress) -> Iterator:
+    """The pickled per-unit reports (EngineReport, RunCounts) in `column` of a pipeline's rows, as they come,
+    with the progress they make; raises the first unit's input error (the pipeline stops)."""
+    for row in written.iter_rows():
+        if row["error"]:
+            raise pickle.loads(row["error"])
+        report = pickle.loads(row[column])
+        progress.advance(rows=report.rows + report.rejected, tokens=report.tokens)
+        for bad in report.bad_files:
+            progress.log(f"skipping a bad file: {bad['error']}")
+        yield report
+
+
+def tokenize_with_ray(job: JobConfig, tokenizer: TextTokenizer, units: list[WorkUnit], progress: Progress) -> RunCounts:
+    """`tokenize --ray`: one Ray task per pending unit reads, tokenizes and writes it (ray_stages)."""
+    counts = RunCounts()
+    if not units:
+        return counts
+    with ray_session(job):
+        import ray.data
+
+        if job.quiet:
+            ray.data.DataContext.get_current().enable_progress_bars = False
+        items = ray.data.from_items([asdict(unit) for unit in units], override_num_blocks=len(units))
+        written = items.map(tokenize_and_write, fn_kwargs={"job": job, "tokenizer": tokenizer}, num_cpus=1,
+                            runtime_env=TOKENIZE_ENV)
+        for unit_counts in unit_reports(written, "counts", progress):
+            for name in ("units", "rows", "tokens", "rejected", "truncated"):
+                setattr(counts, name, getattr(counts, name) + getattr(unit_counts, name))
+            counts.bad_files += unit_counts.bad_files
+    return counts
+
+
+def index_with_ray(inputs: list[str], output: str, address: str = "auto", **options):
+    """Python API: the job of `embedpipe index INPUTS --output OUTPUT --ray ADDRESS`, other options by
+    their IndexOptions names (devices="gpu:4", keep_columns=("title",), ...); returns the JobResult.
+    In a process that has already called ray.init, that session is used and `address` is ignored."""
+    from embedpipe.pipeline.config import IndexOptions, job_config
+    from embedpipe.pipeline.index.job import run_job
+
+    return run_job(job_config(IndexOptions(inputs=tuple(map(str, inputs)), output=str(output), ray=address,
+                                           **options)))

@@ -1,0 +1,349 @@
+"""`embedpipe serve`: OpenAI-compatible embeddings and index search over HTTP (Starlette + uvicorn).
+
+Starlette, not FastAPI on top of it: the requests are parsed and checked here (serve_protocol),
+and FastAPI's layers (validation, dependency and telemetry middleware) cost a fifth of the
+requests/s at 16 clients (benchmarks/serve_request_path.py, null engine, 2-core VM: 1,533 /
+1,788 with FastAPI, 1,910 / 2,249 with Starlette, alternating runs).
+
+Threads: the event loop parses requests and writes JSON; a small thread pool tokenises (the
+Rust tokenizer releases the GIL, so threads run in parallel without a process pool's pickling
+and IPC on every request) and runs FAISS searches; one engine thread (serve_scheduler) owns the
+Engine. The loop never waits on the device: it awaits futures the engine thread completes.
+
+The app talks to the engine through a backend: LocalBackend (the engine in this process) or,
+with --http-workers N > 1, serve_fronts.RemoteBackend in each of N HTTP processes in front of
+the one engine process.
+"""
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import uvicorn
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from embedpipe.kernels.engine import Engine, EngineConfig
+from embedpipe.kernels.models.model_folder import ModelFolder
+from embedpipe.kernels.pooling import OutputSpec
+from embedpipe.pipeline.batching.batcher import BatcherConfig
+from embedpipe.pipeline.batching.embed import embed_token_ids
+from embedpipe.pipeline.errors import UserError
+from embedpipe.pipeline.serve.query import query_prompt_name
+from embedpipe.pipeline.serve.metrics import Metrics
+from embedpipe.pipeline.serve.protocol import (ApiError, Limits, check_lengths, dumps, embeddings_response, parse_embeddings,
+                             parse_search, search_response, shorten)
+from embedpipe.pipeline.serve.scheduler import MAX_IN_FLIGHT, Scheduler, SchedulerClosed
+from embedpipe.pipeline.text.tokenizer import TextTokenizer
+
+JSON = "application/json"
+OFF_LOOP_VALUES = 1 << 16  # responses with more floats than this are encoded on the thread pool
+SWITCH_INTERVAL_S = 5e-4
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    index: Path | None = None  # an index folder (index.faiss, index.json, index_ids.parquet)
+    host: str = "127.0.0.1"
+    port: int = 8080
+    max_inputs: int = 2048  # inputs per request (OpenAI's limit)
+    max_input_tokens: int | None = None  # None: the model's max_seq_length
+    truncate: bool = True  # default for requests that do not say: cut long inputs, or reject them
+    max_queue: int = 512  # requests admitted and not yet answered; more get 429
+    request_timeout: float = 30.0  # seconds from arrival; then 504
+    batching: BatcherConfig = field(default_factory=BatcherConfig)
+    tokenizer_threads: int = 4  # per HTTP process
+    http_workers: int = 1  # HTTP processes; 1: the HTTP server runs in the engine process
+    max_in_flight: int = MAX_IN_FLIGHT  # engine batches queued on the device at once
+
+    def __post_init__(self):
+        for name in ("max_inputs", "max_queue", "tokenizer_threads", "http_workers", "max_in_flight"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
+        if self.max_input_tokens is not None and self.max_input_tokens < 1:
+            raise ValueError(f"max_input_tokens must be at least 1, not {self.max_input_tokens}")
+        if self.request_timeout <= 0:
+            raise ValueError(f"request_timeout must be positive, not {self.request_timeout}")
+        if self.engine.output_dtype != "float32":
+            raise ValueError("the server returns float32 embeddings; leave the engine's output dtype at float32")
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """What the HTTP side knows of the engine and the index (picklable: HTTP processes get a copy)."""
+
+    name: str
+    folder: ModelFolder
+    output: OutputSpec
+    index_meta: dict | None  # None: no index
+
+    @classmethod
+    def of(cls, config: ServeConfig, engine: Engine, index=None) -> ServedModel:
+        return cls(config.engine.model, engine.folder, engine.output, None if index is None else index.meta)
+
+
+class LocalBackend:
+    """The engine (on its scheduler's thread), the index and the metrics, in this process."""
+
+    def __init__(self, engine: Engine, index, batching: BatcherConfig, max_in_flight: int = MAX_IN_FLIGHT):
+        self.engine, self.index, self.batching, self.max_in_flight = engine, index, batching, max_in_flight
+        self.metrics = Metrics(engine)
+        self.scheduler: Scheduler | None = None
+
+    def start(self) -> None:
+        self.scheduler = Scheduler(self.engine, self.batching, self.metrics.on_batch, self.max_in_flight)
+
+    def close(self) -> None:
+        """Finishes every queued job and stops the engine thread."""
+        self.scheduler.close()
+
+    async def embed(self, sequences: list[list[int]]) -> np.ndarray:
+        job = self.scheduler.submit(sequences)
+        try:
+            return await job.future
+        finally:
+            job.cancel()  # on a timeout, its sequences not yet batched are dropped
+
+    def search(self, queries: np.ndarray, k: int) -> list[list[dict]]:
+        return self.index.search(queries, k)
+
+
+def local_server(config: ServeConfig, engine: Engine, index=None) -> EmbedServer:
+    """The app's state around an engine in this process."""
+    return EmbedServer(config, ServedModel.of(config, engine, index), LocalBackend(engine, index, config.batching,
+                                                                           config.max_in_flight))
+
+
+class EmbedServer:
+    """The app's state: the backend (engine, index, metrics), tokenizers and limits."""
+
+    def __init__(self, config: ServeConfig, model: ServedModel, backend):
+        self.config, self.model, self.backend = config, model, backend
+        folder = model.folder
+        max_tokens = config.max_input_tokens or folder.max_seq_length
+        if max_tokens > folder.max_seq_length:
+            raise ValueError(f"max_input_tokens {max_tokens} is more than the model's max_seq_length {folder.max_seq_length}")
+        self.limits = Limits(config.max_inputs, max_tokens, config.truncate, model.output.dim,
+                             int(folder.config.get("vocab_size", 1 << 31)))
+        names = [None, *folder.prompts]  # None: the model's default prompt, as `embedpipe embed`
+        self.tokenizers = {name: TextTokenizer(folder.tokenizer_file, max_tokens, folder.prompt(name)) for name in names}
+        self.query_tokenizer = self.tokenizers[query_prompt_name(folder, None, None)]
+        self.metrics = backend.metrics
+        self.pool = ThreadPoolExecutor(config.tokenizer_threads, thread_name_prefix="embedpipe-tokenize")
+        self.active = 0
+        self.draining = False
+
+    @asynccontextmanager
+    async def lifespan(self, app: Starlette):
+        self.backend.start()
+        yield
+        self.draining = True
+        await asyncio.get_running_loop().run_in_executor(None, self.backend.close)
+        self.pool.shutdown()
+
+    async def handle(self, endpoint: str, request: Request, work) -> Response:
+        """Runs `work(request) -> bytes` within the queue limit and the timeout; every error becomes JSON."""
+        start = time.perf_counter()
+        try:
+            status, body = 200, await self._admit(request, work)
+        except ApiError as error:
+            status, body = error.status, error.body()
+        self.metrics.answered(endpoint, status, time.perf_counter() - start)
+        return Response(body, status, media_type=JSON)
+
+    async def _admit(self, request: Request, work) -> bytes:
+        if self.draining:
+            raise ApiError(503, "the server is shutting down", kind="unavailable_error")
+        if self.active >= self.config.max_queue:
+            raise ApiError(429, f"the queue is full ({self.config.max_queue} requests); retry later",
+                           kind="rate_limit_error")
+        self.active += 1
+        self.metrics.admitted(1)
+        try:
+            return await asyncio.wait_for(work(request), self.config.request_timeout)
+        except asyncio.TimeoutError:
+            raise ApiError(504, f"the request took longer than {self.config.request_timeout:g} s",
+                           kind="timeout_error") from None
+        except SchedulerClosed as error:
+            raise ApiError(503, str(error), kind="unavailable_error") from None
+        except ApiError:
+            raise
+        except Exception as error:  # noqa: BLE001 - the engine failed this request; the server goes on
+            raise ApiError(500, f"{type(error).__name__}: {error}", kind="server_error") from None
+        finally:
+            self.active -= 1
+            self.metrics.admitted(-1)
+
+    async def embeddings(self, request: Request) -> bytes:
+        req = parse_embeddings(await request.body(), self.limits)
+        if req.texts is not None:
+            sequences = await self._tokenize(req.texts, req.truncate, self._tokenizer(req.prompt_name))
+        else:
+            sequences = self._cut(req.token_ids, req.truncate)
+        vectors = shorten(await self.backend.embed(sequences), req.dimensions, self.model.output.normalize)
+        args = (vectors, req.encoding_format, self.model.name, self._count(sequences))
+        if vectors.size > OFF_LOOP_VALUES:
+            return await asyncio.get_running_loop().run_in_executor(self.pool, embeddings_response, *args)
+        return embeddings_response(*args)
+
+    async def search(self, request: Request) -> bytes:
+        if self.model.index_meta is None:
+            raise ApiError(404, "this server has no index; start it with --index OUTPUT", kind="not_found_error")
+        req = parse_search(await request.body(), self.limits)
+        sequences = await self._tokenize(req.queries, req.truncate, self.query_tokenizer)
+        queries = index_queries(await self.backend.embed(sequences), self.model.index_meta, self.model.output.normalize)
+        hits = await asyncio.get_running_loop().run_in_executor(self.pool, self.backend.search, queries, req.k)
+        return search_response(hits, self.model.name, self._count(sequences))
+
+    def _tokenizer(self, prompt_name: str | None) -> TextTokenizer:
+        if prompt_name not in self.tokenizers:
+            raise ApiError(400, f"the model has no prompt named {prompt_name!r}; it has: "
+                                f"{sorted(n for n in self.tokenizers if n) or 'none'}", "prompt_name")
+        return self.tokenizers[prompt_name]
+
+    async def _tokenize(self, texts: list[str], truncate: bool, tokenizer: TextTokenizer) -> list[list[int]]:
+        ids, truncated = await asyncio.get_running_loop().run_in_executor(self.pool, tokenizer.encode, texts)
+        if not truncate:
+            check_lengths([len(s) for s in ids], truncated, self.limits.max_input_tokens)
+        return ids
+
+    def _cut(self, token_ids: list[list[int]], truncate: bool) -> list[list[int]]:
+        limit = self.limits.max_input_tokens
+        if not truncate:
+            check_lengths([len(s) for s in token_ids], [False] * len(token_ids), limit)
+        return [ids[:limit] for ids in token_ids]
+
+    def _count(self, sequences: list[list[int]]) -> int:
+        num_tokens = sum(len(s) for s in sequences)
+        self.metrics.counted(len(sequences), num_tokens)
+        return num_tokens
+
+    def health(self) -> Response:
+        if self.draining:
+            return Response(dumps({"status": "draining"}), 503, media_type=JSON)
+        index_rows = None if self.model.index_meta is None else self.model.index_meta["num_rows"]
+        return Response(dumps({"status": "ok", "model": self.model.name, "dimensions": self.limits.dim,
+                               "max_input_tokens": self.limits.max_input_tokens, "index_rows": index_rows}),
+                        media_type=JSON)
+
+
+def create_app(server: EmbedServer) -> Starlette:
+    async def embeddings(request: Request) -> Response:
+        return await server.handle("embeddings", request, server.embeddings)
+
+    async def search(request: Request) -> Response:
+        return await server.handle("search", request, server.search)
+
+    async def models(request: Request) -> Response:
+        model = {"id": server.model.name, "object": "model", "owned_by": "embedpipe"}
+        return Response(dumps({"object": "list", "data": [model]}), media_type=JSON)
+
+    async def health(request: Request) -> Response:
+        return server.health()
+
+    async def metrics(request: Request) -> Response:
+        from prometheus_client import CONTENT_TYPE_LATEST
+        text = await asyncio.get_running_loop().run_in_executor(server.pool, server.metrics.text)
+        return Response(text, media_type=CONTENT_TYPE_LATEST)
+
+    async def no_route(request: Request, error: HTTPException) -> Response:
+        message = (f"{request.method} {request.url.path} is not an endpoint of this server" if error.status_code == 404
+                   else f"{request.url.path} does not take {request.method}")
+        return Response(ApiError(error.status_code, message).body(), error.status_code, media_type=JSON)
+
+    return Starlette(routes=[Route("/v1/embeddings", embeddings, methods=["POST"]),
+                             Route("/v1/search", search, methods=["POST"]),
+                             Route("/v1/models", models, methods=["GET"]),
+                             Route("/health", health, methods=["GET"]),
+                             Route("/metrics", metrics, methods=["GET"])],
+                     exception_handlers={404: no_route, 405: no_route}, lifespan=server.lifespan)
+
+
+def index_queries(vectors: np.ndarray, meta: dict, normalize: bool) -> np.ndarray:
+    """Query embeddings [q, dim] in the index's form: shortened to its dimension, quantised like its vectors."""
+    vectors = shorten(vectors, meta["dimension"], normalize)  # binary: dimension counts bits
+    if meta["dtype"] == "int8":
+        return np.round(np.tanh(vectors) * 127)  # as the engine quantises (round half to even)
+    if meta["dtype"] == "binary":
+        return np.packbits(vectors >= 0, axis=1)
+    return vectors
+
+
+def load_index(path: Path, engine: Engine):
+    """The index of an `embedpipe index` OUTPUT folder, checked against the served model."""
+    from embedpipe.pipeline.serve.query import load_index as read_index
+    index = read_index(path)
+    meta, output = index.meta, engine.output
+    if meta.get("model") not in (None, engine.config.model, str(engine.folder.path)):
+        raise ValueError(f"index {path} was made with model {meta['model']}; serve it with --model {meta['model']}")
+    for name, served in (("pooling", output.pooling), ("normalize", output.normalize)):
+        if meta.get(name, served) != served:
+            raise ValueError(f"index {path} was made with {name} {meta[name]}, but the model gives {served}")
+    if meta["dimension"] > output.dim:
+        raise ValueError(f"index {path} has dimension {meta['dimension']} but the model gives {output.dim}")
+    return index
+
+
+def warm_up(engine: Engine, server: EmbedServer, batching: BatcherConfig) -> None:
+    ids, _ = server.tokenizers[None].encode(["warm up"])
+    for _ in range(2):  # the second run captures the smallest graph on CUDA
+        embed_token_ids(engine, ids, batching)
+
+
+class DrainingUvicorn(uvicorn.Server):
+    """uvicorn, calling `on_listening` once its sockets accept connections and telling the app to refuse
+    new requests (503) as soon as a shutdown signal arrives."""
+
+    def __init__(self, config: uvicorn.Config, server: EmbedServer, on_listening: Callable[[], None]):
+        super().__init__(config)
+        self.app_server, self.on_listening = server, on_listening
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            self.on_listening()
+
+    def handle_exit(self, sig, frame) -> None:
+        self.app_server.draining = True
+        super().handle_exit(sig, frame)
+
+
+def run_server(config: ServeConfig) -> None:
+    """Loads the model (and index), warms up, and serves until SIGTERM / SIGINT, then drains. Raises UserError
+    for a model or index that cannot be loaded, JobFault when an HTTP process dies."""
+    from embedpipe.kernels.models.model_folder import ModelLoadError
+    try:
+        engine = Engine(config.engine)
+        index = load_index(config.index, engine) if config.index is not None else None
+        server = local_server(config, engine, index)
+    except (ModelLoadError, ValueError, OSError, RuntimeError) as e:  # RuntimeError: torch or FAISS refusing a file
+        raise UserError(str(e)) from e
+    warm_up(engine, server, config.batching)
+    # a thread that wakes (the engine thread, a finished tokenisation) waits for the GIL up to this long
+    # while the event loop runs Python: 0.5 ms instead of 5 ms keeps that wait under the latency target
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    if config.http_workers > 1:
+        from embedpipe.pipeline.serve.fronts import serve_with_fronts
+        serve_with_fronts(config, server.model, server.backend)
+        return
+    uv_config = uvicorn.Config(create_app(server), host=config.host, port=config.port, access_log=False,
+                               timeout_graceful_shutdown=int(config.request_timeout) + 5)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        # uvicorn re-raises the signal after a graceful shutdown, under the handler found at start: exit 0
+        signal.signal(sig, lambda *_: None)
+    DrainingUvicorn(uv_config, server, lambda: print(
+        f"embedpipe: serving {config.engine.model} on http://{config.host}:{config.port} "
+        f"({engine.device}, dimension {engine.output.dim})", file=sys.stderr, flush=True)).run()

@@ -1,0 +1,343 @@
+"""`embedpipe serve --http-workers N`: N HTTP processes in front of the one engine process.
+
+One Python process that parses JSON, tokenises and writes responses is bound by its GIL: on the
+H200 it answered at most ~1,200 requests/s of 512 tokens while the device was mostly idle
+(benchmarks/serve_request_path.py measures the request path alone). With N > 1 this process
+keeps the engine, its scheduler, the index and the metrics, and spawns N HTTP processes: each
+runs the same app (serve.py) with its own event loop and tokenizer threads, and sends token ids
+here over a connection of its own. Each HTTP process listens on a socket of its own bound to the
+same port (SO_REUSEPORT): the kernel spreads connections over them (with one shared socket, the
+first process to accept took every keep-alive connection). A bridge thread per HTTP process
+submits its token ids to the one Scheduler, so every process's requests share the same
+token-budget batches.
+
+Messages, HTTP process -> here: ("listening",) once its socket accepts connections, ("embed", rid,
+token ids end to end [sum(lengths)] int32, lengths [n]) (arrays: unpickled and packed here much
+faster than lists of ints), ("cancel", rid), ("search", rid, queries, k), ("metrics", rid), and
+("metrics_update", *RemoteMetrics.take()) every FLUSH_S.
+Here -> HTTP process: (rid, result), result being the embeddings [n, width], the hits, the
+metrics text or an exception.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import multiprocessing
+import multiprocessing.connection
+import pickle
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
+from multiprocessing.connection import Connection
+from typing import Callable
+
+import numpy as np
+import uvicorn
+
+from embedpipe.pipeline.config import ConfigError
+from embedpipe.pipeline.errors import JobFault, UserError
+from embedpipe.pipeline.serve.app import SWITCH_INTERVAL_S, DrainingUvicorn, EmbedServer, LocalBackend, ServeConfig, ServedModel, create_app
+from embedpipe.pipeline.serve.scheduler import Job, SchedulerClosed, settle, settle_in_loop
+from embedpipe.pipeline.text.tokenizer_pool import exit_description, exit_when_parent_dies
+
+FLUSH_S = 0.02  # how often an HTTP process sends its metric updates (one message, not three per request)
+
+
+class HttpProcessDied(JobFault):
+    """An HTTP process exited while serving: the others were stopped, the server with them."""
+
+
+# ---- the engine process ----
+
+class FrontBridge:
+    """Serves one HTTP process's messages on a thread of the engine process."""
+
+    def __init__(self, connection: Connection, backend: LocalBackend, searches: ThreadPoolExecutor):
+        self.connection, self.backend, self.searches = connection, backend, searches
+        self.listening = threading.Event()
+        self._send_lock = threading.Lock()  # replies come from the engine thread and search threads
+        self._jobs_lock = threading.Lock()
+        self._jobs: dict[int, Job] = {}  # embed requests not yet answered, for "cancel"
+        self.thread = threading.Thread(target=self._run, name="embedpipe-http-bridge", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            while True:
+                message = self.connection.recv()
+                try:
+                    self._handle(*message)
+                except Exception as error:  # noqa: BLE001 - that request fails; this HTTP process goes on
+                    if message[0] in ("embed", "search", "metrics"):
+                        self._reply(message[1], error)
+                    else:
+                        traceback.print_exc()
+        except (EOFError, OSError):  # the HTTP process is gone
+            pass
+        with self._jobs_lock:
+            for job in self._jobs.values():
+                job.cancel()
+
+    def _handle(self, kind: str, *args) -> None:
+        if kind == "listening":
+            self.listening.set()
+        elif kind == "embed":
+            rid, token_ids, lengths = args
+            sequences = np.split(token_ids, np.cumsum(lengths[:-1]))
+            with self._jobs_lock:  # held until the job is listed, so its reply cannot come first
+                try:
+                    self._jobs[rid] = self.backend.scheduler.submit_with(sequences, partial(self._embedded, rid))
+                except SchedulerClosed as error:
+                    self._reply(rid, error)
+        elif kind == "cancel":
+            with self._jobs_lock:
+                job = self._jobs.pop(args[0], None)
+            if job is not None:
+                job.cancel()
+        elif kind == "search":
+            rid, queries, k = args
+            self.searches.submit(self._search, rid, queries, k)
+        elif kind == "metrics":
+            self._reply(args[0], self.backend.metrics.text())
+        elif kind == "metrics_update":
+            self.backend.metrics.update(*args)
+        else:
+            raise ValueError(f"unknown message {kind!r} from an HTTP process")
+
+    def _embedded(self, rid: int, result) -> None:
+        with self._jobs_lock:
+            self._jobs.pop(rid, None)
+        self._reply(rid, result)
+
+    def _search(self, rid: int, queries: np.ndarray, k: int) -> None:
+        try:
+            result = self.backend.search(queries, k)
+        except Exception as error:  # noqa: BLE001 - the request fails, the server goes on
+            result = error
+        self._reply(rid, result)
+
+    def _reply(self, rid: int, result) -> None:
+        if isinstance(result, Exception):
+            result = _picklable(result)
+        with self._send_lock:
+            try:
+                self.connection.send((rid, result))
+            except OSError:
+                pass  # the HTTP process is gone; nobody waits for this
+
+
+def _picklable(error: Exception) -> Exception:
+    try:
+        pickle.loads(pickle.dumps(error))
+        return error
+    except Exception:  # noqa: BLE001 - e.g. an exception type with required arguments
+        return RuntimeError(f"{type(error).__name__}: {error}")
+
+
+def serve_with_fronts(config: ServeConfig, model: ServedModel, backend: LocalBackend) -> None:
+    """Runs the HTTP processes until SIGTERM / SIGINT (then drains them, then the engine) or until one dies
+    (then stops the others, and raises HttpProcessDied)."""
+    listeners = [_listen(config.host, config.port) for _ in range(config.http_workers)]
+    backend.start()
+    searches = ThreadPoolExecutor(config.tokenizer_threads, thread_name_prefix="embedpipe-search")
+    context = multiprocessing.get_context("spawn")  # this process has torch (and CUDA) loaded: no fork
+    fronts, bridges = [], []
+    stop = threading.Event()
+
+    def on_signal(*_) -> None:  # at once: each HTTP process refuses new requests (503) and finishes its own
+        stop.set()
+        for process in fronts:
+            if process.pid is not None and process.exitcode is None:
+                process.terminate()  # one still starting up ends here, by the signal: that is no failure
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, on_signal)
+    for number in range(config.http_workers):
+        if stop.is_set():
+            break
+        here, there = context.Pipe(duplex=True)
+        process = context.Process(target=front_main, args=(config, model, listeners[number], there),
+                                  name=f"embedpipe-http-{number}")
+        fronts.append(process)
+        process.start()
+        there.close()
+        bridges.append(FrontBridge(here, backend, searches))  # serves on its own thread
+    if stop.is_set():  # the signal came while they started: also stop one started after on_signal ran
+        on_signal()
+    dead, announced = [], False
+    while not stop.is_set():
+        multiprocessing.connection.wait([p.sentinel for p in fronts], timeout=0.2 if announced else 0.02)
+        if stop.is_set():
+            break
+        dead = [p for p in fronts if p.exitcode is not None]
+        if dead:  # one died: stop the others
+            on_signal()
+        elif not announced and all(bridge.listening.is_set() for bridge in bridges):
+            print(f"embedpipe: serving {model.name} on http://{config.host}:{config.port} ({backend.engine.device}, "
+                  f"dimension {model.output.dim}, {config.http_workers} HTTP processes)", file=sys.stderr, flush=True)
+            announced = True
+    for process in fronts:
+        process.join(config.request_timeout + 10)
+        if process.is_alive():
+            process.kill()
+            process.join()
+    for bridge in bridges:  # each ends at its connection's end and cancels what it had left unanswered; a bridge
+        bridge.thread.join(10)  # still running at interpreter exit would free the engine there (and abort in C++)
+    backend.close()
+    searches.shutdown()
+    for listener in listeners:
+        listener.close()
+    if dead:
+        raise HttpProcessDied(f"HTTP process {dead[0].name} exited ({exit_description(dead[0].exitcode)}); "
+                              "the server stopped")
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket for one HTTP process, bound here to the shared port (so a taken port fails at once)."""
+    if port == 0:
+        raise ConfigError("--port 0 (any free port) needs --http-workers 1: the HTTP processes share one port")
+    listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    try:
+        listener.bind((host, port))
+    except OSError as error:
+        raise UserError(f"cannot listen on {host}:{port}: {error.strerror or error}") from error
+    listener.set_inheritable(True)
+    return listener
+
+
+# ---- an HTTP process ----
+
+class RemoteBackend:
+    """The engine process, reached over this process's socket; LocalBackend's interface."""
+
+    def __init__(self, connection: Connection):
+        self.connection = connection
+        self.metrics = RemoteMetrics(self)
+        self._send_lock = threading.Lock()  # sends come from the event loop and from pool threads
+        self._ids = itertools.count()
+        self._waiting: dict[int, Callable] = {}  # request id -> settle(result)
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        threading.Thread(target=self._receive, name="embedpipe-engine-replies", daemon=True).start()
+        threading.Thread(target=self._flush_metrics, name="embedpipe-metrics", daemon=True).start()
+
+    def close(self) -> None:
+        """Sends the last metric updates; the engine process drains its jobs once every HTTP process has exited."""
+        self.metrics.flush()
+
+    def _flush_metrics(self) -> None:
+        try:
+            while True:
+                time.sleep(FLUSH_S)
+                self.metrics.flush()
+        except OSError:  # the engine process is gone
+            pass
+
+    def send(self, *message) -> None:
+        with self._send_lock:
+            self.connection.send(message)
+
+    async def embed(self, sequences: list[list[int]]) -> np.ndarray:
+        rid = next(self._ids)
+        future = self._loop.create_future()
+        self._waiting[rid] = partial(settle_in_loop, self._loop, future)
+        lengths = np.fromiter(map(len, sequences), np.int64, len(sequences))
+        token_ids = np.fromiter(itertools.chain.from_iterable(sequences), np.int32, int(lengths.sum()))
+        try:
+            self.send("embed", rid, token_ids, lengths)
+            return await future
+        finally:
+            if self._waiting.pop(rid, None) is not None:  # unanswered (a timeout): drop its unbatched sequences
+                self.send("cancel", rid)
+
+    def call(self, kind: str, *args):
+        """A round trip, from a pool thread: the engine process's answer, or its error raised here."""
+        rid = next(self._ids)
+        answer: Future = Future()
+        self._waiting[rid] = partial(settle, answer)
+        self.send(kind, rid, *args)
+        return answer.result()
+
+    def search(self, queries: np.ndarray, k: int) -> list[list[dict]]:
+        return self.call("search", queries, k)
+
+    def _receive(self) -> None:
+        try:
+            while True:
+                rid, result = self.connection.recv()
+                settle = self._waiting.pop(rid, None)
+                if settle is not None:
+                    settle(result)
+        except (EOFError, OSError):  # the engine process is gone (this process exits with it)
+            for settle in list(self._waiting.values()):
+                settle(SchedulerClosed("the engine process is gone"))
+
+
+class RemoteMetrics:
+    """Metric updates, summed here and sent to the engine process's one registry every FLUSH_S.
+
+    /metrics reads that registry (after sending this process's updates).
+    """
+
+    def __init__(self, backend: RemoteBackend):
+        self.backend = backend
+        self._lock = threading.Lock()  # updates come from the event loop, flushes from a thread
+        self._active, self._inputs, self._tokens, self._answered = 0, 0, 0, []
+
+    def admitted(self, change: int) -> None:
+        with self._lock:
+            self._active += change
+
+    def counted(self, inputs: int, tokens: int) -> None:
+        with self._lock:
+            self._inputs += inputs
+            self._tokens += tokens
+
+    def answered(self, endpoint: str, status: int, seconds: float) -> None:
+        with self._lock:
+            self._answered.append((endpoint, status, seconds))
+
+    def take(self) -> tuple[int, int, int, list]:
+        """The updates since the last take: (active change, inputs, tokens, [(endpoint, status, seconds)])."""
+        with self._lock:
+            update = self._active, self._inputs, self._tokens, self._answered
+            self._active, self._inputs, self._tokens, self._answered = 0, 0, 0, []
+        return update
+
+    def flush(self) -> None:
+        update = self.take()
+        if update != (0, 0, 0, []):
+            self.backend.send("metrics_update", *update)
+
+    def text(self) -> bytes:
+        self.flush()
+        return self.backend.call("metrics")
+
+
+class FrontUvicorn(DrainingUvicorn):
+    """An HTTP process's uvicorn: Ctrl-C reaches the whole process group; only the engine process's SIGTERM stops it."""
+
+    def handle_exit(self, sig, frame) -> None:
+        if sig != signal.SIGINT:
+            super().handle_exit(sig, frame)
+
+
+def front_main(config: ServeConfig, model: ServedModel, listener: socket.socket, connection: Connection) -> None:
+    exit_when_parent_dies()
+    server = EmbedServer(config, model, RemoteBackend(connection))
+    uv_config = uvicorn.Config(create_app(server), access_log=False, log_level="warning",
+                               timeout_graceful_shutdown=int(config.request_timeout) + 5)
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    # uvicorn re-raises the SIGTERM after its graceful shutdown, under the handler found at start: exit 0
+    signal.signal(signal.SIGTERM, lambda *_: None)
+    # once its socket listens: the engine process announces the server when every one does
+    FrontUvicorn(uv_config, server, partial(server.backend.send, "listening")).run(sockets=[listener])

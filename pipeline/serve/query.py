@@ -1,0 +1,70 @@
+"""`embedpipe query`: embed a query with an index's model and settings, search, format the hits."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from embedpipe.kernels.engine import Engine, EngineConfig
+from embedpipe.kernels.models.model_folder import ModelFolder
+
+from embedpipe.pipeline.batching.embed import embed_texts, make_tokenizer
+from embedpipe.pipeline.errors import UserError
+from embedpipe.pipeline.output.faiss_index import SearchIndex
+from embedpipe.pipeline.output.layout import INDEX_META_FILE
+
+QUERY_PROMPT_NAME = "query"
+MAX_CELL_CHARS = 60
+
+
+class NoIndex(UserError, ValueError):
+    """The folder given to --index holds no built index."""
+
+
+def query_prompt_name(folder: ModelFolder, prompt: str | None, prompt_name: str | None) -> str | None:
+    """The prompt name for a query: the one asked for, else the model's `query` prompt when it has one."""
+    if prompt is None and prompt_name is None and QUERY_PROMPT_NAME in folder.prompts:
+        return QUERY_PROMPT_NAME
+    return prompt_name
+
+
+def load_index(index_dir: Path) -> SearchIndex:
+    if not (Path(index_dir) / INDEX_META_FILE).is_file():
+        raise NoIndex(f"{index_dir} holds no index (index.json); a sharded job's outputs are indexed by "
+                      "`embedpipe merge OUTPUT...`")
+    return SearchIndex.load(index_dir)
+
+
+def engine_config_of(meta: dict, device: str) -> EngineConfig:
+    """The engine that made the index's embeddings, from the settings recorded in index.json."""
+    return EngineConfig(model=meta["model"], device=device, pooling=meta["pooling"],
+                        normalize=meta["normalize"], dim=meta["dim"], output_dtype=meta["dtype"])
+
+
+def search(index_dir: Path, text: str, k: int, device: str, prompt: str | None,
+           prompt_name: str | None) -> list[dict]:
+    """The top-k hits of `text`, best first: {"id", "score", kept columns...}."""
+    index = load_index(index_dir)
+    engine = Engine(engine_config_of(index.meta, device))
+    tokenizer = make_tokenizer(engine, prompt, query_prompt_name(engine.folder, prompt, prompt_name))
+    vector = embed_texts(engine, tokenizer, [text])
+    return index.search(vector, k)[0]
+
+
+def format_hits(hits: list[dict], as_json: bool) -> str:
+    """JSON, or a table: rank, score, id, kept columns (long values cut, newlines shown as spaces)."""
+    if as_json:
+        ordered = [{"id": hit["id"], "score": hit["score"], **hit} for hit in hits]
+        return json.dumps(ordered, ensure_ascii=False, default=str)
+    if not hits:
+        return "no hits"
+    names = ["id", *(name for name in hits[0] if name not in ("id", "score"))]
+    rows = [["rank", "score", *names]]
+    rows += [[str(rank), f"{hit['score']:.4f}", *(_cell(hit[name]) for name in names)]
+             for rank, hit in enumerate(hits, 1)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
+
+
+def _cell(value) -> str:
+    text = " ".join(str(value).split())
+    return text if len(text) <= MAX_CELL_CHARS else text[:MAX_CELL_CHARS - 1] + "…"

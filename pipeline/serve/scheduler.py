@@ -1,0 +1,199 @@
+"""The server's engine thread: requests' sequences, first in first out, merged into token-budget batches.
+
+The event loop calls `submit()` (never blocks) and awaits the job's future; other threads call
+`submit_with()` and get the result through a callback (the HTTP front processes' bridges,
+serve_fronts.py). One engine thread owns the Engine: it moves queued sequences into a TokenBudgetBatcher one batch ahead, so a
+large request is cut into chunks that share batches with the requests behind it, keeps up to
+`max_in_flight` batches in flight (2 by default: the CPU packs and launches batch N+1 while the device runs batch N,
+TEI's infer.rs), and completes each job once its last row is back.
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Callable
+
+import numpy as np
+
+from embedpipe.kernels.batch import Batch
+from embedpipe.pipeline.batching.batcher import BatcherConfig, TokenBudgetBatcher
+
+MAX_IN_FLIGHT = 2  # the default: the CPU packs and launches batch N+1 while the device runs batch N
+
+
+class SchedulerClosed(RuntimeError):
+    """The scheduler takes no new jobs (the server is shutting down)."""
+
+
+@dataclass(eq=False)
+class Job:
+    """One request's sequences; `out` [num_seqs, width] fills in as batches come back.
+
+    `on_done(out or the exception)` runs on the engine thread once, unless the job was cancelled.
+    """
+
+    sequences: list[list[int]]
+    out: np.ndarray
+    on_done: Callable[[np.ndarray | Exception], None]
+    future: asyncio.Future | None = None  # for jobs of submit(): on_done settles it in its loop
+    submitted: float = field(default_factory=time.perf_counter)
+    next_index: int = 0  # the next sequence to move into the batcher
+    remaining: int = 0  # rows not yet back
+    dispatched: float | None = None  # when its first sequence went into a batch
+    cancelled: bool = False
+
+    def __post_init__(self):
+        self.remaining = len(self.sequences)
+
+    def cancel(self) -> None:
+        """Sequences not yet batched are dropped (called from the event loop on timeout)."""
+        self.cancelled = True
+
+
+@dataclass
+class InFlight:
+    batch: Batch
+    handle: object  # LazyTensor
+
+
+class Scheduler:
+    """Owns an Engine on one thread; `submit(sequences)` from the event loop returns a Job to await."""
+
+    def __init__(self, engine, batching: BatcherConfig = BatcherConfig(),
+                 on_batch: Callable[[Batch, list[float]], None] | None = None, max_in_flight: int = MAX_IN_FLIGHT):
+        self.engine, self.batching, self.max_in_flight = engine, batching, max_in_flight
+        self.on_batch = on_batch  # (batch, queue seconds of the jobs it starts), on the engine thread
+        self._batcher = TokenBudgetBatcher(batching)
+        self._tokens_batched = 0  # real tokens in the batcher
+        self._inbox: deque[Job] = deque()
+        self._wake = threading.Event()
+        self._closing = False
+        self._thread = threading.Thread(target=self._run, name="embedpipe-engine", daemon=True)
+        self._thread.start()
+
+    def submit(self, sequences: list[list[int]]) -> Job:
+        """From the event loop: queues one request's token-id sequences; await `job.future` for [len(sequences), width]."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        job = self.submit_with(sequences, partial(settle_in_loop, loop, future))
+        job.future = future
+        return job
+
+    def submit_with(self, sequences: list[list[int]], on_done: Callable[[np.ndarray | Exception], None]) -> Job:
+        """From any thread: queues the sequences; `on_done` gets [len(sequences), width] or the error."""
+        if self._closing:
+            raise SchedulerClosed("the server is shutting down")
+        out = np.empty((len(sequences), self.engine.output.width), dtype=self.engine.output.numpy_dtype)
+        job = Job(sequences, out, on_done)
+        self._inbox.append(job)
+        self._wake.set()
+        return job
+
+    def close(self, timeout: float | None = None) -> None:
+        """Takes no new jobs, finishes every queued one, and stops the engine thread."""
+        self._closing = True
+        self._wake.set()
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        in_flight: deque[InFlight] = deque()
+        while True:
+            while in_flight and in_flight[0].handle.done():
+                self._finish(in_flight.popleft())
+            self._fill()
+            batch = self._next_batch() if len(in_flight) < self.max_in_flight else None
+            if batch is not None:
+                self._launch(batch, in_flight)
+            elif in_flight:
+                # every slot busy, or nothing queued to launch: wait for the oldest batch; jobs that come
+                # meanwhile are launched as soon as it ends. (Looking for them every 100 us instead
+                # measured 0.37 ms more at one client on the H200, BERT-base: 3.05 vs 2.68 ms p50.)
+                self._finish(in_flight.popleft())
+            elif self._closing and not self._inbox:
+                return
+            else:
+                self._sleep()
+
+    def _sleep(self) -> None:
+        self._wake.wait()
+        self._wake.clear()  # the next pass re-reads the inbox, so a wake-up between wait and clear is not lost
+
+    def _fill(self) -> None:
+        """Moves queued sequences into the batcher until it holds one full batch."""
+        while self._tokens_batched < self.batching.max_batch_tokens and len(self._batcher) < self.batching.max_batch_seqs:
+            job = self._head_job()
+            if job is None:
+                return
+            ids = job.sequences[job.next_index]
+            self._batcher.add(ids, (job, job.next_index))
+            job.next_index += 1
+            self._tokens_batched += len(ids)
+
+    def _head_job(self) -> Job | None:
+        """The oldest job with sequences left to batch; finished and cancelled ones leave the inbox."""
+        while self._inbox:
+            job = self._inbox[0]
+            if not job.cancelled and job.next_index < len(job.sequences):
+                return job
+            self._inbox.popleft()
+        return None
+
+    def _next_batch(self) -> Batch | None:
+        batch = self._batcher.next_batch(flush=True)
+        if batch is not None:
+            self._tokens_batched -= batch.num_tokens
+        return batch
+
+    def _launch(self, batch: Batch, in_flight: deque[InFlight]) -> None:
+        now, started = time.perf_counter(), []
+        for job, _ in batch.tags:
+            if job.dispatched is None:
+                job.dispatched = now
+                started.append(now - job.submitted)
+        try:
+            in_flight.append(InFlight(batch, self.engine.step(batch)))
+        except Exception as error:  # noqa: BLE001 - one bad batch fails its requests, not the server
+            self._fail(batch, error)
+            return
+        if self.on_batch is not None:
+            self.on_batch(batch, started)
+
+    def _finish(self, flight: InFlight) -> None:
+        try:
+            rows = flight.handle.result().numpy()  # [num_seqs, width]
+        except Exception as error:  # noqa: BLE001
+            self._fail(flight.batch, error)
+            return
+        for k, (job, i) in enumerate(flight.batch.tags):
+            job.out[i] = rows[k]
+            job.remaining -= 1
+            if job.remaining == 0 and not job.cancelled:
+                job.on_done(job.out)
+
+    def _fail(self, batch: Batch, error: Exception) -> None:
+        for job in {job for job, _ in batch.tags}:
+            if not job.cancelled:
+                job.cancel()
+                job.on_done(error)
+
+
+def settle_in_loop(loop: asyncio.AbstractEventLoop, future: asyncio.Future, result) -> None:
+    try:
+        loop.call_soon_threadsafe(settle, future, result)
+    except RuntimeError:
+        pass  # the loop is closed: nobody waits for this job any more
+
+
+def settle(future: asyncio.Future | concurrent.futures.Future, result) -> None:
+    """Gives the future its result, or raises `result` in it when it is an exception (once; later calls do nothing)."""
+    if future.done():
+        return
+    if isinstance(result, Exception):
+        future.set_exception(result)
+    else:
+        future.set_result(result)
