@@ -35,7 +35,8 @@ def fail(message: str, code: int = 2):
 def run_embed(config, texts: list[str], prompt: str | None, prompt_name: str | None) -> None:
     """Prints each text's embedding as a JSON line; config: an EngineConfig."""
     from embedpipe.kernels.engine import Engine
-    from embedpipe.pipeline.batching.embed import embed_texts, make_tokenizer
+    from embedpipe.pipeline.batching.embed import embed_texts
+    from embedpipe.pipeline.text.tokenizer import make_tokenizer
 
     try:
         engine = Engine(config)
@@ -50,14 +51,14 @@ def run_embed(config, texts: list[str], prompt: str | None, prompt_name: str | N
 def run_index(given: dict, config_file) -> None:
     """Exit codes: 0 done; 1 a fault (worker, engine process, disk, device) or a bug; 2 usage / config / input
     error; 3 done but for skipped files; 4 OUTPUT is locked by another run; 130 / 143 interrupted (SIGINT / SIGTERM)."""
-    from embedpipe.pipeline.index.job import run_job
+    from embedpipe.pipeline.api import run_index as run_job
 
     _run_units_job(run_job, _options(given, config_file))
 
 
 def run_tokenize(given: dict, config_file) -> None:
     """`embedpipe tokenize`: the exit codes of run_index. Its workers default to CPU count - 1 on any machine."""
-    from embedpipe.pipeline.index.tokenize_job import run_tokenize as tokenize
+    from embedpipe.pipeline.api import run_tokenize as tokenize
 
     options = _options(given, config_file)
     if options.workers is None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -43,7 +44,8 @@ def serve(model: str = MODEL,
     if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
         fail(f"--device must be auto, cpu, cuda or cuda:N, not {device!r}")
     try:
-        from embedpipe.pipeline.serve.app import ServeConfig, run_server
+        from embedpipe.pipeline.serve.app import ServeConfig
+        from embedpipe.pipeline.serve.launch import run_server
     except ImportError as e:
         fail(f"{e.name} is missing; install the server extra: pip install 'embedpipe[serve]'")
     try:
@@ -56,7 +58,7 @@ def serve(model: str = MODEL,
     except ValueError as e:
         fail(str(e))
     try:
-        run_server(config)
+        run_server(config, lambda line: print(f"embedpipe: {line}", file=sys.stderr, flush=True))
     except USER_ERRORS as e:  # a model or index that cannot be loaded, a port that cannot be listened on
         fail(str(e))
     except JobFault as e:  # an HTTP process died

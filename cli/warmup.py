@@ -1,6 +1,7 @@
 """`embedpipe warmup`: options."""
 from __future__ import annotations
 
+import sys
 from typing import Optional
 
 from embedpipe.cli.options import DEVICE, DIM, DTYPE, MODEL, Device, OutputDtype, engine_config
@@ -15,6 +16,8 @@ def warmup(model: str = MODEL, dim: Optional[int] = DIM, dtype: OutputDtype = DT
     from embedpipe.cli.commands import fail
     from embedpipe.pipeline.api import run_warmup
     try:
-        run_warmup(engine_config(model, dim, dtype, device))
+        timings = run_warmup(engine_config(model, dim, dtype, device))
     except (ValueError, OSError) as e:
         fail(str(e))
+    for name, value in timings.items():
+        print(f"{name:>24}: {value:.3f}" if isinstance(value, float) else f"{name:>24}: {value}", file=sys.stderr)

@@ -12,7 +12,8 @@ import pytest
 
 from conftest import cosine
 from corpus import index_command, read_embeddings, run_index, variant_texts, vectors_of, write_corpus
-from embedpipe.pipeline.batching.embed import embed_texts, make_tokenizer
+from embedpipe.pipeline.batching.embed import embed_texts
+from embedpipe.pipeline.text.tokenizer import make_tokenizer
 from embedpipe.pipeline.output.faiss_index import SearchIndex
 
 pytestmark = pytest.mark.slow

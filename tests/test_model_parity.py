@@ -6,7 +6,8 @@ import torch
 from embedpipe.kernels.batch import BucketPolicy, pack
 from embedpipe.kernels.engine import Engine, EngineConfig
 from embedpipe.kernels.testing.random_model import write_random_model
-from embedpipe.pipeline.batching.embed import embed_texts, make_tokenizer
+from embedpipe.pipeline.batching.embed import embed_texts
+from embedpipe.pipeline.text.tokenizer import make_tokenizer
 
 from conftest import cosine
 

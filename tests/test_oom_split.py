@@ -17,7 +17,7 @@ from embedpipe.cli.main import app
 from embedpipe.kernels.batch import BucketPolicy, pack
 from embedpipe.kernels.engine import Engine, EngineConfig
 from embedpipe.pipeline.index import job
-from embedpipe.pipeline.batching.embed import make_tokenizer
+from embedpipe.pipeline.text.tokenizer import make_tokenizer
 from embedpipe.pipeline.batching.oom_split import SplitOnOutOfMemory, TextTooLargeForDevice
 
 

@@ -4,7 +4,7 @@ import pytest
 
 from embedpipe.kernels.batch import BucketPolicy, pack
 from embedpipe.kernels.engine import Engine, EngineConfig
-from embedpipe.pipeline.batching.embed import make_tokenizer
+from embedpipe.pipeline.text.tokenizer import make_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,8 @@ from corpus import assert_same_output, read_embeddings, variant_texts, write_cor
 from embedpipe.cli.main import app
 from embedpipe.pipeline.config import ConfigError, DeviceSpec
 from embedpipe.pipeline.output.manifest import completed_units
-from embedpipe.pipeline.scale.ray_job import engine_pool, index_with_ray
+from embedpipe.pipeline.api import index_with_ray
+from embedpipe.pipeline.scale.ray_job import engine_pool
 
 LOCAL = ["--device", "cpu", "--workers", "0"]
 COMMON = ["--rows-per-unit", "50", "--keep-columns", "source", "--quiet"]

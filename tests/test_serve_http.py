@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from conftest import cosine
-from embedpipe.pipeline.batching.embed import embed_texts, make_tokenizer
+from embedpipe.pipeline.batching.embed import embed_texts
+from embedpipe.pipeline.text.tokenizer import make_tokenizer
 from serve_client import ServerProcess, embed, metric, vectors, write_index
 
 pytestmark = pytest.mark.slow

@@ -10,8 +10,10 @@ import pytest
 from conftest import cosine
 from embedpipe.kernels.engine import Engine, EngineConfig
 from embedpipe.kernels.models.model_folder import builtin_models
-from embedpipe.pipeline.batching.embed import embed_texts, make_tokenizer
-from embedpipe.pipeline.serve.app import EmbedServer, ServeConfig, load_index, local_server
+from embedpipe.pipeline.batching.embed import embed_texts
+from embedpipe.pipeline.text.tokenizer import make_tokenizer
+from embedpipe.pipeline.serve.app import EmbedServer, ServeConfig, local_server
+from embedpipe.pipeline.serve.launch import load_index
 from serve_client import GatedEngine, InProcessServer, embed, metric, vectors, write_index
 
 

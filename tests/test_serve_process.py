@@ -10,7 +10,8 @@ import httpx
 import pytest
 
 from conftest import cosine
-from embedpipe.pipeline.batching.embed import embed_texts, make_tokenizer
+from embedpipe.pipeline.batching.embed import embed_texts
+from embedpipe.pipeline.text.tokenizer import make_tokenizer
 from processes import spawned_children, wait_until_gone
 from serve_client import ServerProcess, embed, free_port, metric, vectors
 

@@ -8,7 +8,8 @@ import pytest
 
 from conftest import cosine
 from embedpipe.pipeline.batching.batcher import BatcherConfig
-from embedpipe.pipeline.batching.embed import embed_token_ids, make_tokenizer
+from embedpipe.pipeline.batching.embed import embed_token_ids
+from embedpipe.pipeline.text.tokenizer import make_tokenizer
 from embedpipe.pipeline.serve.scheduler import Scheduler, SchedulerClosed
 from serve_client import GatedEngine
 

@@ -15,7 +15,7 @@ from conftest import cosine
 from corpus import read_embeddings, variant_texts, vectors_of, write_corpus
 from embedpipe.cli.main import app
 from embedpipe.kernels.engine import EngineConfig, model_spec
-from embedpipe.pipeline.batching.embed import make_tokenizer
+from embedpipe.pipeline.text.tokenizer import make_tokenizer
 from embedpipe.pipeline.output.manifest import completed_units
 from embedpipe.pipeline.index.reader import TOKENIZER_KEY
 from processes import assert_consistent, run_fast, start_index, wait_for_units, wait_until_gone

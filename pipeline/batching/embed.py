@@ -3,18 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from embedpipe.kernels.engine import Engine, ModelSpec
+from embedpipe.kernels.engine import Engine
 from embedpipe.pipeline.batching.batcher import BatcherConfig, TokenBudgetBatcher
 from embedpipe.pipeline.batching.oom_split import SplitOnOutOfMemory
 from embedpipe.pipeline.text.tokenizer import TextTokenizer
-
-
-def make_tokenizer(engine: Engine | ModelSpec, prompt: str | None = None,
-                   prompt_name: str | None = None) -> TextTokenizer:
-    """The model's tokenizer with a literal prompt, or a named prompt from the model's config."""
-    folder = engine.folder
-    text = prompt if prompt is not None else folder.prompt(prompt_name)
-    return TextTokenizer(folder.tokenizer_file, folder.max_seq_length, text, folder.config.get("vocab_size"))
 
 
 def embed_token_ids(engine: Engine, sequences: list[list[int]], batching: BatcherConfig = BatcherConfig()) -> np.ndarray:

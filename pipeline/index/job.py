@@ -6,27 +6,21 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ContextManager, Protocol
+from typing import Callable, ContextManager, Protocol
 
-import pyarrow.parquet as pq
-
-from embedpipe.kernels.engine import Engine, EngineConfig, ModelSpec, model_spec
-
-from embedpipe.pipeline.inputs.column_types import check_job_types
+from embedpipe.kernels.engine import Engine, EngineConfig
 from embedpipe.pipeline.config import ConfigError, JobConfig
-from embedpipe.pipeline.batching.embed import make_tokenizer
-from embedpipe.pipeline.output.lock import output_lock
-from embedpipe.pipeline.output.manifest import check_or_write_settings, completed_units
-from embedpipe.pipeline.output.layout import EMBEDDINGS_FOLDER, TEMPORARY_FOLDERS
-from embedpipe.pipeline.output.job_files import (check_index_factory, index_outputs, job_settings, write_metrics, write_rejected_table,
-                      write_unit_list)
-from embedpipe.pipeline.util.progress import Progress
-from embedpipe.pipeline.index.report import EngineReport, process_age_s, run_metrics
+from embedpipe.pipeline.index.plan import PreparedJob, expected_rows, job_tokenizer, prepare_job
 from embedpipe.pipeline.index.reader import read_and_tokenize
+from embedpipe.pipeline.index.report import EngineReport, process_age_s, run_metrics
 from embedpipe.pipeline.index.runner import UnitRunner
-from embedpipe.pipeline.inputs.sources import WorkUnit, list_units
+from embedpipe.pipeline.inputs.sources import WorkUnit
+from embedpipe.pipeline.output.job_files import index_outputs, write_metrics, write_rejected_table
+from embedpipe.pipeline.output.lock import output_lock
+from embedpipe.pipeline.output.manifest import completed_units
 from embedpipe.pipeline.text.tokenizer import TextTokenizer
 from embedpipe.pipeline.text.tokenizer_pool import TokenizerPool
+from embedpipe.pipeline.util.progress import Progress
 
 
 @dataclass
@@ -35,29 +29,21 @@ class JobResult:
     exit_code: int  # 0: every unit of this run's share is done; 3: done but for skipped bad files
 
 
-@dataclass
-class PreparedJob:
-    """A job whose settings are stored in OUTPUT and whose pending units are known."""
-
-    job: JobConfig
-    spec: ModelSpec
-    tokenizer: TextTokenizer
-    settings: dict
-    units: list[WorkUnit]  # every unit of the job, all shards
-    mine: list[WorkUnit]  # this shard's
-    pending: list[WorkUnit]  # this shard's units that are not done yet
-    done_before: dict[str, dict]
-    bad_listing: list[tuple[str, str]]  # (path, error) of files skipped while listing
-
-
 class Embedder(Protocol):
     """Embeds a prepared job's pending units into OUTPUT, as UnitRunner writes them; one report per engine."""
 
     def embed(self, prepared: PreparedJob, progress: Progress) -> list[EngineReport]: ...
 
 
-def run_job(job: JobConfig) -> JobResult:
-    """The whole job, holding OUTPUT's lock (raises OutputLocked when another run holds it)."""
+OpenEmbedder = Callable[[JobConfig, TextTokenizer], ContextManager[Embedder]]
+
+
+def run_job(job: JobConfig, open_embedder: OpenEmbedder | None = None) -> JobResult:
+    """The whole job, holding OUTPUT's lock (raises OutputLocked when another run holds it).
+
+    open_embedder(job, tokenizer): the engines, entered before any output is touched; LocalEngine by
+    default (api.run_index picks the --devices engine processes or the Ray cluster instead)."""
+    open_embedder = open_embedder or LocalEngine
     entered = time.perf_counter()
     startup = {"process_s": process_age_s()}  # where the time before the job clock goes (metrics.json)
     spec, tokenizer = job_tokenizer(job)
@@ -74,16 +60,6 @@ def run_job(job: JobConfig) -> JobResult:
                 reports = embedder.embed(prepared, progress)
                 return finish_job(prepared, reports, progress, progress.start - entered,
                                   getattr(embedder, "in_memory", None), startup)
-
-
-def open_embedder(job: JobConfig, tokenizer: TextTokenizer) -> ContextManager[Embedder]:
-    if job.ray_address is not None:
-        from embedpipe.pipeline.scale.ray_job import ray_engines
-        return ray_engines(job)
-    if job.devices is not None:
-        from embedpipe.pipeline.scale.devices import DeviceEngines
-        return DeviceEngines(job)
-    return LocalEngine(job, tokenizer)
 
 
 class LocalEngine:
@@ -131,39 +107,6 @@ def load_engine(config: EngineConfig) -> Engine:
         raise ConfigError(str(error)) from error
     engine.warm_up()
     return engine
-
-
-def job_tokenizer(job: JobConfig) -> tuple[ModelSpec, TextTokenizer]:
-    """The model's spec and tokenizer (with the job's prompt), read once per job."""
-    try:
-        spec = model_spec(job.engine)
-        return spec, make_tokenizer(spec, job.prompt, job.prompt_name)
-    except ValueError as error:  # a setting the model cannot take (dim, prompt name)
-        raise ConfigError(str(error)) from error
-
-
-def prepare_job(job: JobConfig, spec: ModelSpec, tokenizer: TextTokenizer) -> PreparedJob:
-    """Checks the settings against OUTPUT (or stores them), lists the units and finds this run's pending ones."""
-    settings = job_settings(job, spec, tokenizer)
-    check_index_factory(job.index_factory, spec.output.width, spec.output.dtype == "binary")
-    return PreparedJob(job, spec, tokenizer, settings, *plan_units(job, settings))
-
-
-def plan_units(job: JobConfig, settings: dict, folder: str = EMBEDDINGS_FOLDER) -> tuple:
-    """(units, mine, pending, done_before, bad_listing) of a job writing one file per unit into OUTPUT/folder,
-    once OUTPUT's stored settings are checked (or written)."""
-    job.output.mkdir(parents=True, exist_ok=True)
-    check_or_write_settings(job.output, settings, job.overwrite)
-    if not job.sharded:
-        remove_temporaries(job.output)  # left by a killed run; nobody else writes here
-    bad_listing: list[tuple[str, str]] = []
-    units = list_units(list(job.inputs), job.rows_per_unit, bad_listing if job.skip_bad_files else None)
-    check_job_types(job.output, units, job.columns, folder)
-    write_unit_list(job.output, units)
-    mine = units[job.shard_index::job.num_shards]
-    done_before = completed_units(job.output, folder)
-    pending = [unit for unit in mine if unit.unit_id not in done_before]
-    return units, mine, pending, done_before, bad_listing
 
 
 def finish_job(prepared: PreparedJob, reports: list[EngineReport], progress: Progress, start_s: float = 0.0,
@@ -235,23 +178,3 @@ def summary(metrics: dict, output: Path) -> str:
     return line
 
 
-def expected_rows(units: list[WorkUnit]) -> int | None:
-    """Rows in the units, from Parquet footers; None when a unit's size is unknown (JSONL, CSV)."""
-    total, footers = 0, {}
-    for unit in units:
-        if unit.format == "hf":
-            total += unit.stop - unit.start
-        elif unit.format == "parquet":
-            if unit.path not in footers:
-                footers[unit.path] = pq.read_metadata(unit.path)
-            total += sum(footers[unit.path].row_group(g).num_rows for g in range(unit.start, unit.stop))
-        else:
-            return None
-    return total
-
-
-def remove_temporaries(output: Path) -> None:
-    """Deletes the hidden temporary files of writers that never finished."""
-    for folder in TEMPORARY_FOLDERS:
-        for path in (output / folder).glob(".*.tmp-*"):
-            path.unlink(missing_ok=True)

@@ -10,9 +10,11 @@ shardable and locked like `index` (manifest/, units.json, job.json, rejected/ as
 from __future__ import annotations
 
 import os
+from typing import Callable
 
 from embedpipe.pipeline.config import JobConfig
-from embedpipe.pipeline.index.job import JobResult, check_all_ended, job_tokenizer, missing_units, plan_units
+from embedpipe.pipeline.index.job import JobResult, check_all_ended, missing_units
+from embedpipe.pipeline.index.plan import job_tokenizer, plan_units
 from embedpipe.pipeline.output.lock import output_lock
 from embedpipe.pipeline.output.manifest import completed_units
 from embedpipe.pipeline.output.job_files import write_metrics, write_rejected_table
@@ -25,6 +27,8 @@ from embedpipe.pipeline.text.tokenizer import TextTokenizer
 from embedpipe.pipeline.text.tokenizer_pool import TokenizerPool
 from embedpipe.pipeline.index.unit_files import RunCounts
 
+TokenizeUnits = Callable[[JobConfig, TextTokenizer, list[WorkUnit], Progress], RunCounts]
+
 
 def tokenize_settings(job: JobConfig, tokenizer: TextTokenizer) -> dict:
     """What fixes a tokenize job's output (OUTPUT/job.json): the tokenizer, the prompt and the columns."""
@@ -33,8 +37,12 @@ def tokenize_settings(job: JobConfig, tokenizer: TextTokenizer) -> dict:
             "id_column": job.columns.id, "keep_columns": list(job.columns.keep), "rows_per_unit": job.rows_per_unit}
 
 
-def run_tokenize(job: JobConfig) -> JobResult:
-    """The whole tokenize job, holding OUTPUT's lock (raises OutputLocked when another run holds it)."""
+def run_tokenize(job: JobConfig, tokenize_units: TokenizeUnits | None = None) -> JobResult:
+    """The whole tokenize job, holding OUTPUT's lock (raises OutputLocked when another run holds it).
+
+    tokenize_units(job, tokenizer, pending units, progress): this process's tokenizer pool by default
+    (api.run_tokenize gives Ray's tasks for --ray)."""
+    tokenize_units = tokenize_units or tokenize_locally
     _, tokenizer = job_tokenizer(job)
     job.output.mkdir(parents=True, exist_ok=True)
     with output_lock(job.output, shard=(job.shard_index, job.num_shards) if job.sharded else None):
@@ -46,10 +54,7 @@ def run_tokenize(job: JobConfig) -> JobResult:
             return finish_tokenize(job, mine, counts, bad_listing, progress)
 
 
-def tokenize_units(job: JobConfig, tokenizer: TextTokenizer, units: list[WorkUnit], progress: Progress) -> RunCounts:
-    if job.ray_address is not None:
-        from embedpipe.pipeline.scale.ray_job import tokenize_with_ray
-        return tokenize_with_ray(job, tokenizer, units, progress)
+def tokenize_locally(job: JobConfig, tokenizer: TextTokenizer, units: list[WorkUnit], progress: Progress) -> RunCounts:
     workers = job.num_workers if job.num_workers is not None else max(1, (os.cpu_count() or 2) - 1)
     runner = TokenFilesRunner(job, tokenizer, progress)
     with TokenizerPool(tokenizer, workers) as pool:

@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from embedpipe.pipeline.inputs.column_types import ColumnTypes
 from embedpipe.pipeline.config import JobConfig
-from embedpipe.pipeline.output.manifest import mark_done
+from embedpipe.pipeline.output.manifest import completed_columns, mark_done
 from embedpipe.pipeline.output.layout import EMBEDDINGS_FOLDER
 from embedpipe.pipeline.output.writer_thread import WriterThread
 from embedpipe.pipeline.util.progress import Progress
@@ -68,7 +68,7 @@ class UnitFilesRunner:
 
     def __init__(self, job: JobConfig, progress: Progress):
         self.job, self.progress = job, progress
-        self.column_types = ColumnTypes.of_output(job.output, self.folder)
+        self.column_types = ColumnTypes(completed_columns(job.output, self.folder))
         self.slots: dict[str, UnitSlot] = {}  # open units
         self.committing: deque[UnitSlot] = deque()  # ended units whose commit may still be queued
         self.skipped: set[str] = set()  # units given up on (a bad file): their later chunks are dropped

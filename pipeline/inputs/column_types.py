@@ -10,11 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from embedpipe.pipeline.output.manifest import completed_units
-from embedpipe.pipeline.output.layout import EMBEDDINGS_FOLDER
-from embedpipe.pipeline.inputs.sources import ColumnSpec, InputError, WorkUnit, unit_rows, unit_schema
+from embedpipe.pipeline.inputs.sources import InputError
 
 
 class ColumnTypeChange(InputError):
@@ -44,20 +41,12 @@ def _compatible(field: pa.Field, other: pa.Field) -> bool:
 
 
 class ColumnTypes:
-    """The id and kept columns' types of one output so far; `check` each batch read (id, text, kept...)."""
+    """The id and kept columns' types of one output so far; `check` each batch read (id, text, kept...).
+
+    A resumed job starts from its completed units' types (manifest.completed_columns)."""
 
     def __init__(self, schema: pa.Schema | None = None):
         self.schema = schema
-
-    @classmethod
-    def of_output(cls, output: Path, folder: str = EMBEDDINGS_FOLDER) -> ColumnTypes:
-        """Starts from the types of the output's completed units, so a resumed job checks against them.
-
-        A unit file holds the id, the embedding (or, from `tokenize`, the token ids), then the kept columns."""
-        for record in completed_units(output, folder).values():
-            if record["num_rows"]:
-                return cls(pq.read_schema(output / folder / record["file_name"]).remove(1))
-        return cls()
 
     def check(self, schema: pa.Schema, num_rows: int, path: str) -> None:
         """Widens the types by a batch's id and kept columns (schema: id, text, kept...); empty batches have no say."""
@@ -68,21 +57,3 @@ class ColumnTypes:
             self.schema = columns
         else:
             self.schema = widen(self.schema, columns, path)
-
-
-def check_job_types(output: Path, units: list[WorkUnit], columns: ColumnSpec,
-                    folder: str = EMBEDDINGS_FOLDER) -> None:
-    """Before anything is embedded: the id and kept columns of the job's Parquet and dataset units keep
-    one kind of type across its files (in unit order, after the output's completed units), as
-    ColumnTypes checks each batch read. Raises ColumnTypeChange naming the first file that breaks it,
-    for every shard of a job alike, so a --devices or Ray job fails at its start instead of at the
-    index build. JSONL and CSV files are checked as they are read; a file that cannot be read is left
-    to the reader, which reports (or skips) it."""
-    types = ColumnTypes.of_output(output, folder)
-    for unit in units:
-        try:
-            schema, rows = unit_schema(unit, columns), unit_rows(unit)
-        except InputError:
-            continue
-        if schema is not None:
-            types.check(schema, rows[1] - rows[0], unit.path)

@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-from embedpipe.kernels.models.model_folder import builtin_models
 
 from embedpipe.pipeline.errors import UserError
 from embedpipe.pipeline.output.faiss_index import build_index, new_index
@@ -15,12 +12,6 @@ from embedpipe.pipeline.output.manifest import completed_units, write_json_atomi
 from embedpipe.pipeline.output.layout import INDEX_META_FILE, METRICS_FILE, REJECTED_FILE, SETTINGS_FILE, UNITS_FILE
 from embedpipe.pipeline.output.sinks import AtomicParquetWriter, read_rejected
 from embedpipe.pipeline.inputs.sources import WorkUnit
-
-if TYPE_CHECKING:
-    from embedpipe.kernels.engine import ModelSpec
-
-    from embedpipe.pipeline.config import JobConfig
-    from embedpipe.pipeline.text.tokenizer import TextTokenizer
 
 FLOAT_DTYPES = ("float32", "float16")
 # job.json keys that index.json holds with another meaning: its id_column is the column's name, job.json's the option
@@ -33,20 +24,6 @@ class IndexBuildError(UserError, ValueError):
 
 class IncompleteOutputs(UserError, ValueError):
     """`merge` was asked to index outputs that miss some of the job's units."""
-
-
-def job_settings(job: JobConfig, spec: ModelSpec, tokenizer: TextTokenizer) -> dict:
-    """What fixes the embeddings of a job (OUTPUT/job.json); `query` rebuilds the engine from it."""
-    output = spec.output
-    model = job.engine.model if job.engine.model in builtin_models() else str(spec.folder.path)
-    settings = {"model": model,
-                "pooling": output.pooling, "normalize": output.normalize, "dim": output.dim,
-                "dtype": output.dtype, "prompt": tokenizer.prompt, "max_seq_length": tokenizer.max_length,
-                "text_column": job.columns.text, "id_column": job.columns.id,
-                "keep_columns": list(job.columns.keep), "rows_per_unit": job.rows_per_unit}
-    if job.columns.token_ids:  # only then: the outputs of earlier versions keep their settings
-        settings["token_ids_column"] = job.columns.token_ids
-    return settings
 
 
 def write_unit_list(output_dir: Path, units: list[WorkUnit]) -> None:

@@ -7,6 +7,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from embedpipe.pipeline.output.layout import (EMBEDDINGS_FOLDER, INDEX_FILE_NAMES, MANIFEST_FOLDER, OUTPUT_FOLDERS,
                                               SETTINGS_FILE, manifest_record)
 from embedpipe.pipeline.output.sinks import commit_file, temporary_path, writing
@@ -90,3 +93,13 @@ def _mismatch_message(settings_path: Path, old: dict, new: dict) -> str:
                  for key, (stored, now) in pairs.items() if stored != now]
     return (f"{settings_path} was written with other settings:\n" + "\n".join(differing)
             + "\nUse a new output folder, or overwrite to discard the existing results.")
+
+
+def completed_columns(output: Path, folder: str = EMBEDDINGS_FOLDER) -> pa.Schema | None:
+    """The id and kept columns of the output's first completed unit with rows (None: none yet).
+
+    A unit file holds the id, the embedding (or, from `tokenize`, the token ids), then the kept columns."""
+    for record in completed_units(output, folder).values():
+        if record["num_rows"]:
+            return pq.read_schema(output / folder / record["file_name"]).remove(1)
+    return None

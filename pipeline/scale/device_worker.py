@@ -22,7 +22,7 @@ import torch
 from embedpipe.kernels.engine import Engine, model_spec
 
 from embedpipe.pipeline.config import JobConfig
-from embedpipe.pipeline.batching.embed import make_tokenizer
+from embedpipe.pipeline.text.tokenizer import make_tokenizer
 from embedpipe.pipeline.index.report import EngineReport
 from embedpipe.pipeline.index.reader import read_and_tokenize
 from embedpipe.pipeline.index.runner import UnitRunner

@@ -27,7 +27,7 @@ from embedpipe.pipeline.index.report import EngineReport
 from embedpipe.pipeline.text.tokenizer_pool import exit_description
 
 if TYPE_CHECKING:
-    from embedpipe.pipeline.index.job import PreparedJob
+    from embedpipe.pipeline.index.plan import PreparedJob
 
 POLL_S = 0.2  # the parent looks for dead processes before each event, and this often without events
 LAST_EVENTS_S = 1.0  # a process that exited has flushed its events: wait this long for them

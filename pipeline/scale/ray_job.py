@@ -27,7 +27,7 @@ from embedpipe.pipeline.text.tokenizer import TextTokenizer
 from embedpipe.pipeline.index.unit_files import RunCounts
 
 if TYPE_CHECKING:
-    from embedpipe.pipeline.index.job import PreparedJob
+    from embedpipe.pipeline.index.plan import PreparedJob
 
 # tokenize tasks use one core each: Ray's tasks are the parallelism, not the tokenizer's threads
 TOKENIZE_ENV = {"env_vars": {"TOKENIZERS_PARALLELISM": "false"}}
@@ -140,14 +140,3 @@ def tokenize_with_ray(job: JobConfig, tokenizer: TextTokenizer, units: list[Work
                 setattr(counts, name, getattr(counts, name) + getattr(unit_counts, name))
             counts.bad_files += unit_counts.bad_files
     return counts
-
-
-def index_with_ray(inputs: list[str], output: str, address: str = "auto", **options):
-    """Python API: the job of `embedpipe index INPUTS --output OUTPUT --ray ADDRESS`, other options by
-    their IndexOptions names (devices="gpu:4", keep_columns=("title",), ...); returns the JobResult.
-    In a process that has already called ray.init, that session is used and `address` is ignored."""
-    from embedpipe.pipeline.config import IndexOptions, job_config
-    from embedpipe.pipeline.index.job import run_job
-
-    return run_job(job_config(IndexOptions(inputs=tuple(map(str, inputs)), output=str(output), ray=address,
-                                           **options)))

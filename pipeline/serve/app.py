@@ -17,9 +17,7 @@ the one engine process.
 from __future__ import annotations
 
 import asyncio
-import signal
 import socket
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -39,8 +37,6 @@ from embedpipe.kernels.engine import Engine, EngineConfig
 from embedpipe.kernels.models.model_folder import ModelFolder
 from embedpipe.kernels.pooling import OutputSpec
 from embedpipe.pipeline.batching.batcher import BatcherConfig
-from embedpipe.pipeline.batching.embed import embed_token_ids
-from embedpipe.pipeline.errors import UserError
 from embedpipe.pipeline.serve.query import query_prompt_name
 from embedpipe.pipeline.serve.metrics import Metrics
 from embedpipe.pipeline.serve.protocol import (ApiError, Limits, check_lengths, dumps, embeddings_response, parse_embeddings,
@@ -282,27 +278,6 @@ def index_queries(vectors: np.ndarray, meta: dict, normalize: bool) -> np.ndarra
     return vectors
 
 
-def load_index(path: Path, engine: Engine):
-    """The index of an `embedpipe index` OUTPUT folder, checked against the served model."""
-    from embedpipe.pipeline.serve.query import load_index as read_index
-    index = read_index(path)
-    meta, output = index.meta, engine.output
-    if meta.get("model") not in (None, engine.config.model, str(engine.folder.path)):
-        raise ValueError(f"index {path} was made with model {meta['model']}; serve it with --model {meta['model']}")
-    for name, served in (("pooling", output.pooling), ("normalize", output.normalize)):
-        if meta.get(name, served) != served:
-            raise ValueError(f"index {path} was made with {name} {meta[name]}, but the model gives {served}")
-    if meta["dimension"] > output.dim:
-        raise ValueError(f"index {path} has dimension {meta['dimension']} but the model gives {output.dim}")
-    return index
-
-
-def warm_up(engine: Engine, server: EmbedServer, batching: BatcherConfig) -> None:
-    ids, _ = server.tokenizers[None].encode(["warm up"])
-    for _ in range(2):  # the second run captures the smallest graph on CUDA
-        embed_token_ids(engine, ids, batching)
-
-
 class DrainingUvicorn(uvicorn.Server):
     """uvicorn, calling `on_listening` once its sockets accept connections and telling the app to refuse
     new requests (503) as soon as a shutdown signal arrives."""
@@ -319,31 +294,3 @@ class DrainingUvicorn(uvicorn.Server):
     def handle_exit(self, sig, frame) -> None:
         self.app_server.draining = True
         super().handle_exit(sig, frame)
-
-
-def run_server(config: ServeConfig) -> None:
-    """Loads the model (and index), warms up, and serves until SIGTERM / SIGINT, then drains. Raises UserError
-    for a model or index that cannot be loaded, JobFault when an HTTP process dies."""
-    from embedpipe.kernels.models.model_folder import ModelLoadError
-    try:
-        engine = Engine(config.engine)
-        index = load_index(config.index, engine) if config.index is not None else None
-        server = local_server(config, engine, index)
-    except (ModelLoadError, ValueError, OSError, RuntimeError) as e:  # RuntimeError: torch or FAISS refusing a file
-        raise UserError(str(e)) from e
-    warm_up(engine, server, config.batching)
-    # a thread that wakes (the engine thread, a finished tokenisation) waits for the GIL up to this long
-    # while the event loop runs Python: 0.5 ms instead of 5 ms keeps that wait under the latency target
-    sys.setswitchinterval(SWITCH_INTERVAL_S)
-    if config.http_workers > 1:
-        from embedpipe.pipeline.serve.fronts import serve_with_fronts
-        serve_with_fronts(config, server.model, server.backend)
-        return
-    uv_config = uvicorn.Config(create_app(server), host=config.host, port=config.port, access_log=False,
-                               timeout_graceful_shutdown=int(config.request_timeout) + 5)
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        # uvicorn re-raises the signal after a graceful shutdown, under the handler found at start: exit 0
-        signal.signal(sig, lambda *_: None)
-    DrainingUvicorn(uv_config, server, lambda: print(
-        f"embedpipe: serving {config.engine.model} on http://{config.host}:{config.port} "
-        f"({engine.device}, dimension {engine.output.dim})", file=sys.stderr, flush=True)).run()

@@ -139,7 +139,8 @@ def _picklable(error: Exception) -> Exception:
         return RuntimeError(f"{type(error).__name__}: {error}")
 
 
-def serve_with_fronts(config: ServeConfig, model: ServedModel, backend: LocalBackend) -> None:
+def serve_with_fronts(config: ServeConfig, model: ServedModel, backend: LocalBackend,
+                      announce: Callable[[str], None] = lambda line: None) -> None:
     """Runs the HTTP processes until SIGTERM / SIGINT (then drains them, then the engine) or until one dies
     (then stops the others, and raises HttpProcessDied)."""
     listeners = [_listen(config.host, config.port) for _ in range(config.http_workers)]
@@ -178,8 +179,8 @@ def serve_with_fronts(config: ServeConfig, model: ServedModel, backend: LocalBac
         if dead:  # one died: stop the others
             on_signal()
         elif not announced and all(bridge.listening.is_set() for bridge in bridges):
-            print(f"embedpipe: serving {model.name} on http://{config.host}:{config.port} ({backend.engine.device}, "
-                  f"dimension {model.output.dim}, {config.http_workers} HTTP processes)", file=sys.stderr, flush=True)
+            announce(f"serving {model.name} on http://{config.host}:{config.port} ({backend.engine.device}, "
+                     f"dimension {model.output.dim}, {config.http_workers} HTTP processes)")
             announced = True
     for process in fronts:
         process.join(config.request_timeout + 10)

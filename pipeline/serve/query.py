@@ -7,7 +7,9 @@ from pathlib import Path
 from embedpipe.kernels.engine import Engine, EngineConfig
 from embedpipe.kernels.models.model_folder import ModelFolder
 
-from embedpipe.pipeline.batching.embed import embed_texts, make_tokenizer
+from embedpipe.pipeline.batching.embed import embed_texts
+
+from embedpipe.pipeline.text.tokenizer import make_tokenizer
 from embedpipe.pipeline.errors import UserError
 from embedpipe.pipeline.output.faiss_index import SearchIndex
 from embedpipe.pipeline.output.layout import INDEX_META_FILE

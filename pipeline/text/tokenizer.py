@@ -88,3 +88,11 @@ def keeps_whole_text_tokens(prefix: Encoding) -> bool:
     kept = [word for word in prefix.word_ids if word is not None]
     later = [word for piece in prefix.overflowing for word in piece.word_ids if word is not None]
     return bool(later) and max(later) >= (kept[-1] if kept else -1) + 2
+
+
+def make_tokenizer(model, prompt: str | None = None, prompt_name: str | None = None) -> TextTokenizer:
+    """The tokenizer of a model (an Engine or a ModelSpec: anything with its ModelFolder as .folder) with a
+    literal prompt, or a named prompt from the model's config."""
+    folder = model.folder
+    text = prompt if prompt is not None else folder.prompt(prompt_name)
+    return TextTokenizer(folder.tokenizer_file, folder.max_seq_length, text, folder.config.get("vocab_size"))

@@ -12,7 +12,6 @@ Ids that occur more than once are a warning: `index` keeps every row, as its inp
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -26,25 +25,9 @@ from embedpipe.pipeline.output.layout import EMBEDDINGS_FOLDER, INDEX_FILE, INDE
 from embedpipe.pipeline.output.job_files import INDEX_OWNED_KEYS, IncompleteOutputs, read_settings
 from embedpipe.pipeline.output.sinks import embedding_type
 from embedpipe.pipeline.verify.inputs import check_input
+from embedpipe.pipeline.verify.report import Report
 
 READ_ROWS = 65536
-
-
-@dataclass
-class Report:
-    """The checks' outcomes in order: ("ok" | "FAIL" | "warn", message)."""
-
-    lines: list[tuple[str, str]] = field(default_factory=list)
-
-    def check(self, passed: bool, ok: str, failed: str) -> None:
-        self.lines.append(("ok", ok) if passed else ("FAIL", failed))
-
-    def warn(self, message: str) -> None:
-        self.lines.append(("warn", message))
-
-    @property
-    def passed(self) -> bool:
-        return all(status != "FAIL" for status, _ in self.lines)
 
 
 def verify(output_dirs: list[Path], index_dir: Path, inputs: list[str] | None = None) -> Report:

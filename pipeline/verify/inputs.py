@@ -3,16 +3,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from embedpipe.pipeline.output.layout import UNITS_FILE
 from embedpipe.pipeline.output.sinks import read_rejected
 from embedpipe.pipeline.inputs.sources import ColumnSpec, list_units, read_unit
-
-if TYPE_CHECKING:
-    from embedpipe.pipeline.verify.checks import Report
+from embedpipe.pipeline.verify.report import Report
 
 READ_ROWS = 65536
 

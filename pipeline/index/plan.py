@@ -1,0 +1,121 @@
+"""Planning an index (or tokenize) job before anything is embedded: the model's spec and tokenizer, the
+settings OUTPUT keeps (job.json), the units listed and sharded, their column types checked, the done
+ones skipped."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from embedpipe.kernels.engine import ModelSpec, model_spec
+from embedpipe.kernels.models.model_folder import builtin_models
+from embedpipe.pipeline.config import ConfigError, JobConfig
+from embedpipe.pipeline.inputs.column_types import ColumnTypes
+from embedpipe.pipeline.inputs.sources import ColumnSpec, InputError, WorkUnit, list_units, unit_rows, unit_schema
+from embedpipe.pipeline.output.job_files import check_index_factory, write_unit_list
+from embedpipe.pipeline.output.layout import EMBEDDINGS_FOLDER, TEMPORARY_FOLDERS
+from embedpipe.pipeline.output.manifest import check_or_write_settings, completed_columns, completed_units
+from embedpipe.pipeline.text.tokenizer import TextTokenizer, make_tokenizer
+
+
+@dataclass
+class PreparedJob:
+    """A job whose settings are stored in OUTPUT and whose pending units are known."""
+
+    job: JobConfig
+    spec: ModelSpec
+    tokenizer: TextTokenizer
+    settings: dict
+    units: list[WorkUnit]  # every unit of the job, all shards
+    mine: list[WorkUnit]  # this shard's
+    pending: list[WorkUnit]  # this shard's units that are not done yet
+    done_before: dict[str, dict]
+    bad_listing: list[tuple[str, str]]  # (path, error) of files skipped while listing
+
+
+def job_tokenizer(job: JobConfig) -> tuple[ModelSpec, TextTokenizer]:
+    """The model's spec and tokenizer (with the job's prompt), read once per job."""
+    try:
+        spec = model_spec(job.engine)
+        return spec, make_tokenizer(spec, job.prompt, job.prompt_name)
+    except ValueError as error:  # a setting the model cannot take (dim, prompt name)
+        raise ConfigError(str(error)) from error
+
+
+def prepare_job(job: JobConfig, spec: ModelSpec, tokenizer: TextTokenizer) -> PreparedJob:
+    """Checks the settings against OUTPUT (or stores them), lists the units and finds this run's pending ones."""
+    settings = job_settings(job, spec, tokenizer)
+    check_index_factory(job.index_factory, spec.output.width, spec.output.dtype == "binary")
+    return PreparedJob(job, spec, tokenizer, settings, *plan_units(job, settings))
+
+
+def plan_units(job: JobConfig, settings: dict, folder: str = EMBEDDINGS_FOLDER) -> tuple:
+    """(units, mine, pending, done_before, bad_listing) of a job writing one file per unit into OUTPUT/folder,
+    once OUTPUT's stored settings are checked (or written)."""
+    job.output.mkdir(parents=True, exist_ok=True)
+    check_or_write_settings(job.output, settings, job.overwrite)
+    if not job.sharded:
+        remove_temporaries(job.output)  # left by a killed run; nobody else writes here
+    bad_listing: list[tuple[str, str]] = []
+    units = list_units(list(job.inputs), job.rows_per_unit, bad_listing if job.skip_bad_files else None)
+    check_job_types(job.output, units, job.columns, folder)
+    write_unit_list(job.output, units)
+    mine = units[job.shard_index::job.num_shards]
+    done_before = completed_units(job.output, folder)
+    pending = [unit for unit in mine if unit.unit_id not in done_before]
+    return units, mine, pending, done_before, bad_listing
+
+
+def job_settings(job: JobConfig, spec: ModelSpec, tokenizer: TextTokenizer) -> dict:
+    """What fixes the embeddings of a job (OUTPUT/job.json); `query` rebuilds the engine from it."""
+    output = spec.output
+    model = job.engine.model if job.engine.model in builtin_models() else str(spec.folder.path)
+    settings = {"model": model,
+                "pooling": output.pooling, "normalize": output.normalize, "dim": output.dim,
+                "dtype": output.dtype, "prompt": tokenizer.prompt, "max_seq_length": tokenizer.max_length,
+                "text_column": job.columns.text, "id_column": job.columns.id,
+                "keep_columns": list(job.columns.keep), "rows_per_unit": job.rows_per_unit}
+    if job.columns.token_ids:  # only then: the outputs of earlier versions keep their settings
+        settings["token_ids_column"] = job.columns.token_ids
+    return settings
+
+
+def check_job_types(output: Path, units: list[WorkUnit], columns: ColumnSpec,
+                    folder: str = EMBEDDINGS_FOLDER) -> None:
+    """Before anything is embedded: the id and kept columns of the job's Parquet and dataset units keep
+    one kind of type across its files (in unit order, after the output's completed units), as
+    ColumnTypes checks each batch read. Raises ColumnTypeChange naming the first file that breaks it,
+    for every shard of a job alike, so a --devices or Ray job fails at its start instead of at the
+    index build. JSONL and CSV files are checked as they are read; a file that cannot be read is left
+    to the reader, which reports (or skips) it."""
+    types = ColumnTypes(completed_columns(output, folder))
+    for unit in units:
+        try:
+            schema, rows = unit_schema(unit, columns), unit_rows(unit)
+        except InputError:
+            continue
+        if schema is not None:
+            types.check(schema, rows[1] - rows[0], unit.path)
+
+
+def expected_rows(units: list[WorkUnit]) -> int | None:
+    """Rows in the units, from Parquet footers; None when a unit's size is unknown (JSONL, CSV)."""
+    total, footers = 0, {}
+    for unit in units:
+        if unit.format == "hf":
+            total += unit.stop - unit.start
+        elif unit.format == "parquet":
+            if unit.path not in footers:
+                footers[unit.path] = pq.read_metadata(unit.path)
+            total += sum(footers[unit.path].row_group(g).num_rows for g in range(unit.start, unit.stop))
+        else:
+            return None
+    return total
+
+
+def remove_temporaries(output: Path) -> None:
+    """Deletes the hidden temporary files of writers that never finished."""
+    for folder in TEMPORARY_FOLDERS:
+        for path in (output / folder).glob(".*.tmp-*"):
+            path.unlink(missing_ok=True)
