@@ -55,16 +55,15 @@ from common import MODELS, environment, model_folder, write_results  # noqa: E40
 from host_pipeline import random_corpus  # noqa: E402
 from suite_indexing import SAMPLE_S, Sampler, stream  # noqa: E402
 
-from embedpipe.kernels.engine import Engine  # noqa: E402
+from embedpipe.kernels.engine import Engine, EngineConfig  # noqa: E402
 from embedpipe.kernels.models.model_folder import builtin_models, read_model_folder  # noqa: E402
 from embedpipe.pipeline.batching.batcher import BatcherConfig  # noqa: E402
 from embedpipe.pipeline.batching.array_batcher import ArrayBatcher  # noqa: E402
 from embedpipe.pipeline.config import IndexOptions, job_config  # noqa: E402
-from embedpipe.pipeline.index.runner import MAX_IN_FLIGHT  # noqa: E402
 from embedpipe.pipeline.text.tokenizer import TextTokenizer  # noqa: E402
 
 SYSTEMS = ("tokenize", "index", "index-ids", "engine", "tokenizer-pool")
-IN_FLIGHT = MAX_IN_FLIGHT  # batches queued on the device, as the job runs them (the 2026-12-01 results: 2)
+IN_FLIGHT = EngineConfig().max_in_flight  # batches queued on the device, as the job runs them
 WARM_BATCHES = 64  # the first batches, run twice before timing: graphs are captured on a key's second hit
 WARM_CLOCKS_S = 0.3
 QUICK = dict(rows=500, models=["minilm"], rounds=1)  # a CPU embeds MiniLM at a few thousand tokens/s

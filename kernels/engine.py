@@ -34,6 +34,10 @@ class EngineConfig:
     # How the host waits for a batch on CUDA: spinning (the lowest latency, one core kept busy) or
     # sleeping until the device signals (the index job: that core goes to its tokenizer workers)
     spin_wait: bool = True
+    # Batches launched and not yet read (batching/in_flight.py): the CUDA runner keeps a pinned slot for each,
+    # and one more. The index job's 3: with MiniLM's ~1.6 ms batches, 2 left the H200 idle whenever the feeding
+    # thread took longer than one batch between two steps (receiving a chunk, a slow wake-up)
+    max_in_flight: int = 3
 
     def __post_init__(self):
         if self.dtype is not None and self.dtype not in DTYPES:
@@ -42,6 +46,8 @@ class EngineConfig:
             raise ValueError(f"output dtype must be one of {', '.join(OUTPUT_DTYPES)}, not {self.output_dtype!r}")
         if self.dim is not None and self.dim <= 0:
             raise ValueError(f"dim must be positive, not {self.dim}")
+        if self.max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be at least 1, not {self.max_in_flight}")
         if self.attention not in ATTENTION_BACKENDS:
             raise ValueError(f"attention must be one of {', '.join(ATTENTION_BACKENDS)}, not {self.attention!r}")
 
@@ -110,7 +116,8 @@ class Engine:
             torch.set_num_threads(1)
             from embedpipe.kernels.cuda.runner import CudaRunner
             self.runner = CudaRunner(self.forward, self.attn, self.device, config.graphs,
-                                     self.output.torch_dtype, self.output.width, config.spin_wait)
+                                     self.output.torch_dtype, self.output.width, config.spin_wait,
+                                     config.max_in_flight)
 
     def _attention(self):
         spec = attention_spec(self.folder)
@@ -129,6 +136,10 @@ class Engine:
         start = time.perf_counter()
         self.step(pack([[self.folder.config.get("pad_token_id") or 0] * 8], BucketPolicy())).result()
         self.warm_up_s = time.perf_counter() - start
+
+    @property
+    def max_in_flight(self) -> int:
+        return self.config.max_in_flight
 
     @property
     def counters(self) -> GraphCounters:

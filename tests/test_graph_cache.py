@@ -5,9 +5,11 @@ import torch
 from embedpipe.kernels.batch import BucketPolicy, pack
 from embedpipe.kernels.attention import AttentionSpec
 from embedpipe.kernels.cuda.attention import TorchVarlenAttention
-from embedpipe.kernels.cuda.runner import NUM_SLOTS, PinnedSlots
+from embedpipe.kernels.cuda.runner import PinnedSlots
 from embedpipe.kernels.graph_cache import Action, GraphCache, GraphConfig
 from embedpipe.kernels.lazy_tensor import LazyTensor
+
+NUM_SLOTS = 4  # as a CUDA runner of 3 batches in flight keeps
 
 
 def _run(cache, key, log):
@@ -114,7 +116,7 @@ def test_cpu_lazy_tensor_is_complete_at_once():
 
 
 def test_slot_reuse_resolves_the_previous_reader_before_overwriting():
-    slots = PinnedSlots(torch.float32, (2,), make_event=FakeEvent, pin=False)
+    slots = PinnedSlots(torch.float32, (2,), num_slots=NUM_SLOTS, make_event=FakeEvent, pin=False)
     handles = []
     for i in range(NUM_SLOTS + 2):
         slot, host = slots.take(1)
@@ -128,7 +130,7 @@ def test_slot_reuse_resolves_the_previous_reader_before_overwriting():
 
 
 def test_slots_grow_and_keep_their_rows():
-    slots = PinnedSlots(torch.int32, make_event=FakeEvent, pin=False)
+    slots = PinnedSlots(torch.int32, num_slots=NUM_SLOTS, make_event=FakeEvent, pin=False)
     _, small = slots.take(4)
     assert small.shape == (4,)
     for _ in range(NUM_SLOTS - 1):

@@ -6,8 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from embedpipe.kernels.cuda.runner import NUM_SLOTS, PinnedSlots
+from embedpipe.kernels.cuda.runner import PinnedSlots
 from embedpipe.kernels.lazy_tensor import LazyTensor
+
+NUM_SLOTS = 4  # as a CUDA runner of 3 batches in flight keeps
 
 
 class DoneEvent:
@@ -55,7 +57,7 @@ def test_a_completed_cpu_handle_reads_and_returns_its_tensor():
 
 
 def test_a_reused_slot_copies_the_unread_rows_out_first():
-    slots = PinnedSlots(torch.float32, (4,), make_event=DoneEvent, pin=False)
+    slots = PinnedSlots(torch.float32, (4,), num_slots=NUM_SLOTS, make_event=DoneEvent, pin=False)
     handles = []
     for batch in range(NUM_SLOTS + 1):  # the last take reuses the first slot
         slot, host = slots.take(2)

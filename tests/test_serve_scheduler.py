@@ -133,6 +133,9 @@ class DelayedHandle:
         self.on_result()
         return self.rows
 
+    def read(self, consume):  # as LazyTensor.read
+        return consume(self.result())
+
 
 class DeviceLikeEngine:
     """The real engine behind handles that complete later; counts the batches launched and not yet read."""
@@ -186,6 +189,9 @@ class HeldHandle:
     def result(self):
         self.released.wait()
         return self.rows
+
+    def read(self, consume):  # as LazyTensor.read
+        return consume(self.result())
 
 
 class HeldEngine:

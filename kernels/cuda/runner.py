@@ -20,26 +20,24 @@ from embedpipe.kernels.batch import Batch
 from embedpipe.kernels.graph_cache import GraphCache, GraphConfig
 from embedpipe.kernels.lazy_tensor import LazyTensor
 
-NUM_SLOTS = 4  # up to three batches in flight (the index job), plus the one being prepared
-
-
 class PinnedSlots:
-    """Round-robin pinned host buffers of [rows, *row_shape], each with its own CUDA event.
+    """Round-robin pinned host buffers of [rows, *row_shape], each with its own CUDA event: num_slots of
+    them, one per batch in flight plus the one being prepared (CudaRunner).
 
     `take()` returns a slot the device no longer uses: it waits on the slot's event, and first
     resolves the LazyTensor that still reads the slot, if any.
     """
 
-    def __init__(self, dtype: torch.dtype, row_shape: tuple[int, ...] = (), make_event=torch.cuda.Event,
-                 pin: bool = True):
-        self.dtype, self.row_shape, self.pin = dtype, row_shape, pin
-        self.buffers = [torch.empty((0, *row_shape), dtype=dtype)] * NUM_SLOTS
-        self.events = [make_event() for _ in range(NUM_SLOTS)]
-        self.readers: list[LazyTensor | None] = [None] * NUM_SLOTS
+    def __init__(self, dtype: torch.dtype, row_shape: tuple[int, ...] = (), *, num_slots: int,
+                 make_event=torch.cuda.Event, pin: bool = True):
+        self.dtype, self.row_shape, self.pin, self.num_slots = dtype, row_shape, pin, num_slots
+        self.buffers = [torch.empty((0, *row_shape), dtype=dtype)] * num_slots
+        self.events = [make_event() for _ in range(num_slots)]
+        self.readers: list[LazyTensor | None] = [None] * num_slots
         self.next = 0
 
     def take(self, rows: int) -> tuple[int, torch.Tensor]:
-        slot, self.next = self.next, (self.next + 1) % NUM_SLOTS
+        slot, self.next = self.next, (self.next + 1) % self.num_slots
         if self.readers[slot] is not None:
             self.readers[slot].release()  # it copies the rows out before the slot is overwritten
             self.readers[slot] = None
@@ -65,7 +63,7 @@ class CudaRunner:
     """forward(ids, positions, seq_ids, cu_seqlens) -> [num_slots, width] on the device, run lazily."""
 
     def __init__(self, forward: Callable, attn: AttentionBackend, device: torch.device, graphs: GraphConfig,
-                 out_dtype: torch.dtype, out_width: int, spin_wait: bool = True):
+                 out_dtype: torch.dtype, out_width: int, spin_wait: bool = True, max_in_flight: int = 3):
         if not attn.graph_safe:
             graphs = GraphConfig(enabled=False)
         self.forward, self.attn, self.device = forward, attn, device
@@ -73,8 +71,10 @@ class CudaRunner:
         self.pool = torch.cuda.graph_pool_handle()
         # a blocking event makes a waiting host thread sleep instead of spin (EngineConfig.spin_wait)
         make_event = lambda: torch.cuda.Event(blocking=not spin_wait)
-        self.staging = PinnedSlots(torch.int32, make_event=make_event)
-        self.outputs = PinnedSlots(out_dtype, (out_width,), make_event=make_event)
+        # a slot per batch in flight (batching/in_flight.py keeps at most max_in_flight) and the one being prepared
+        slots = max_in_flight + 1
+        self.staging = PinnedSlots(torch.int32, num_slots=slots, make_event=make_event)
+        self.outputs = PinnedSlots(out_dtype, (out_width,), num_slots=slots, make_event=make_event)
         # events are recorded on the engine's stream, named once: Event.record() with no stream looks up
         # the current one in Python, ~5% of the index job's feeding thread on MiniLM (py-spy, H200)
         self.stream = torch.cuda.current_stream(device)

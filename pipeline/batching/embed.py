@@ -1,11 +1,11 @@
-"""Embedding a list of texts in one process: the `embed` and `query` commands."""
+"""Embedding a list of texts or token-id sequences in one process: `embed`, `query` and the server's warm-up."""
 from __future__ import annotations
 
 import numpy as np
 
 from embedpipe.kernels.engine import Engine
 from embedpipe.pipeline.batching.batcher import BatcherConfig, TokenBudgetBatcher
-from embedpipe.pipeline.batching.oom_split import SplitOnOutOfMemory
+from embedpipe.pipeline.batching.in_flight import InFlight
 from embedpipe.pipeline.text.tokenizer import TextTokenizer
 
 
@@ -13,17 +13,19 @@ def embed_token_ids(engine: Engine, sequences: list[list[int]], batching: Batche
     """[len(sequences), engine.output.width] in the output dtype, in input order."""
     out = np.empty((len(sequences), engine.output.width), dtype=engine.output.numpy_dtype)
     batcher = TokenBudgetBatcher(batching)
-    device = SplitOnOutOfMemory(engine, batching.policy, batcher.pad_token_id, lambda i: f"text {i}")
+    in_flight = InFlight(engine, batching.policy, batcher.pad_token_id, lambda i: f"text {i}")
+
+    def consume(batch, rows) -> None:
+        out[batch.tags] = rows.numpy()
+
     for i, ids in enumerate(sequences):
         batcher.add(ids, i)
-        _drain(device, batcher, out, flush=False)
-    _drain(device, batcher, out, flush=True)
+        while (batch := batcher.next_batch(flush=False)) is not None:
+            in_flight.submit(batch, consume)
+    while (batch := batcher.next_batch(flush=True)) is not None:
+        in_flight.submit(batch, consume)
+    in_flight.drain()
     return out
-
-
-def _drain(device: SplitOnOutOfMemory, batcher: TokenBudgetBatcher, out: np.ndarray, flush: bool) -> None:
-    while (batch := batcher.next_batch(flush=flush)) is not None:
-        out[batch.tags] = device.result(batch, device.step(batch)).numpy()
 
 
 def embed_texts(engine: Engine, tokenizer: TextTokenizer, texts: list[str]) -> np.ndarray:

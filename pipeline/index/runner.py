@@ -2,15 +2,14 @@
 
 Workers read and tokenize the pieces of the units (reader.py) and reply flat arrays; this process
 cuts them into batches with numpy (ArrayBatcher) and does O(1) Python work per chunk and per batch.
-The engine has up to MAX_IN_FLIGHT batches in flight: batches N+1 and N+2 are submitted before the
-result of batch N is read, so a GPU always has work queued while the CPU works. The batcher is first in,
+The engine has up to its max_in_flight (3) batches in flight (batching/in_flight.py): batches N+1 and
+N+2 are submitted before the result of batch N is read, so a GPU always has work queued while the CPU works. The batcher is first in,
 first out, so results come back in input order and each unit's file is written front to back
 (unit_files.py: in a background thread, committed once the unit has ended).
 """
 from __future__ import annotations
 
 import os
-from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,22 +18,16 @@ import pyarrow as pa
 
 from embedpipe.kernels.batch import Batch
 from embedpipe.kernels.engine import Engine
-from embedpipe.kernels.lazy_tensor import LazyTensor
 
 from embedpipe.pipeline.batching.array_batcher import ArrayBatcher
 from embedpipe.pipeline.config import JobConfig
-from embedpipe.pipeline.batching.oom_split import SplitOnOutOfMemory
+from embedpipe.pipeline.batching.in_flight import InFlight
 from embedpipe.pipeline.util.progress import Progress
 from embedpipe.pipeline.index.reader import Chunk
 from embedpipe.pipeline.index.report import EngineReport
 from embedpipe.pipeline.output.sinks import UnitWriter
 from embedpipe.pipeline.inputs.sources import WorkUnit
 from embedpipe.pipeline.index.unit_files import UnitFilesRunner, UnitSlot
-
-# Batches queued on the device: with MiniLM's ~1.6 ms batches, two left the H200 idle whenever this
-# thread took longer than one batch between two steps (receiving a chunk, a slow wake-up)
-MAX_IN_FLIGHT = 3
-
 
 @dataclass
 class PendingRows:
@@ -53,8 +46,7 @@ class UnitRunner(UnitFilesRunner):
         super().__init__(job, progress)
         self.engine = engine
         self.batcher = ArrayBatcher(job.batching)
-        self.oom = SplitOnOutOfMemory(engine, job.batching.policy, self.batcher.pad_token_id, describe_row)
-        self.in_flight: deque[tuple[Batch, LazyTensor]] = deque()
+        self.in_flight = InFlight(engine, job.batching.policy, self.batcher.pad_token_id, describe_row)
         # keep_vectors (the in-process engine of an unsharded Flat job, whose index this process builds):
         # a Flat index holds every vector in memory anyway, so the written ones are kept for its build
         # ({unit file: its chunks' vectors}) instead of decoding them from the files again; past
@@ -66,7 +58,7 @@ class UnitRunner(UnitFilesRunner):
         c = self.counts
         return EngineReport(str(self.engine.device), c.units, c.rows, c.tokens, c.rejected, c.truncated,
                             self.batcher.stats, self.engine.counters.as_dict(), list(c.bad_files),
-                            self.oom.num_splits, c.main_thread_cpu_s, c.writer_thread_cpu_s, c.chunk_wait_s,
+                            self.in_flight.num_splits, c.main_thread_cpu_s, c.writer_thread_cpu_s, c.chunk_wait_s,
                             c.first_chunk_s)
 
     def _open_file(self, unit: WorkUnit, schema: pa.Schema) -> UnitWriter:
@@ -85,33 +77,19 @@ class UnitRunner(UnitFilesRunner):
         self._drain(flush=True)
 
     def _drain(self, flush: bool) -> None:
-        """Submits every full batch (with flush, every queued sequence); collects all but the newest."""
+        """Submits every full batch (with flush, every queued sequence, and reads them all). A batch whose
+        launch fails is raised after the ones before it are read, so the units they complete are written
+        and kept (the job then stops with the error)."""
         while (batch := self.batcher.next_batch(flush=flush)) is not None:
-            self.in_flight.append((batch, self._step(batch)))
-            if len(self.in_flight) == MAX_IN_FLIGHT:  # the next batches are queued: now wait for batch N
-                self._collect(*self.in_flight.popleft())
-        while flush and self.in_flight:
-            self._collect(*self.in_flight.popleft())
-
-    def _step(self, batch: Batch) -> LazyTensor:
-        """oom.step; when it fails, the batches before it are collected first, so the units they
-        complete are written and kept (the job then stops with the error)."""
-        try:
-            return self.oom.step(batch)
-        except BaseException:
-            while self.in_flight:
-                self._collect(*self.in_flight.popleft())
-            raise
-
-    def _collect(self, batch: Batch, handle: LazyTensor) -> None:
-        """Copies a batch's embeddings to their chunks (from the engine's pinned buffer: LazyTensor.read),
-        writing the chunks it completes."""
-        self.oom.read(batch, handle, self._scatter)
-        self.counts.tokens += batch.num_tokens
-        self.progress.advance(rows=batch.num_seqs, tokens=batch.num_tokens)
+            self.in_flight.submit(batch, self._scatter)
+        if flush:
+            self.in_flight.drain()
 
     def _scatter(self, batch: Batch, embeddings) -> None:
-        """embeddings [batch.num_seqs, width] into the chunks of batch.tags (a batch, or an OOM half of one)."""
+        """embeddings [batch.num_seqs, width] (the engine's pinned buffer) into the chunks of batch.tags (a
+        batch, or an OOM half of one), writing the chunks it completes."""
+        self.counts.tokens += batch.num_tokens
+        self.progress.advance(rows=batch.num_seqs, tokens=batch.num_tokens)
         vectors, row = embeddings.numpy(), 0
         for span in batch.tags:  # FIFO: a chunk's rows are consecutive in the batch
             rows: PendingRows = span.tag

@@ -2,6 +2,7 @@
 behind HTTP processes (fronts.py) until a signal, and drain."""
 from __future__ import annotations
 
+import dataclasses
 import signal
 import sys
 from pathlib import Path
@@ -45,7 +46,8 @@ def run_server(config: ServeConfig, announce: Callable[[str], None] = lambda lin
     is called once the server listens (the CLI prints it). Raises UserError for a model or index that cannot
     be loaded, JobFault when an HTTP process dies."""
     try:
-        engine = Engine(config.engine)
+        # the engine keeps a pinned slot per batch the scheduler has in flight (and one more)
+        engine = Engine(dataclasses.replace(config.engine, max_in_flight=config.max_in_flight))
         index = load_index(config.index, engine) if config.index is not None else None
         server = local_server(config, engine, index)
     except (ModelLoadError, ValueError, OSError, RuntimeError) as e:  # RuntimeError: torch or FAISS refusing a file
