@@ -6,12 +6,11 @@ from typing import Optional
 
 import typer
 
+from embedpipe.kernels.output_dtypes import OUTPUT_DTYPES
 
-class OutputDtype(str, Enum):
-    float32 = "float32"
-    float16 = "float16"
-    int8 = "int8"
-    binary = "binary"
+
+# --dtype's choices: the names of output_dtypes.OUTPUT_DTYPES (numpy only, no torch)
+OutputDtype = Enum("OutputDtype", {name: name for name in OUTPUT_DTYPES}, type=str)
 
 
 class Device(str, Enum):

@@ -14,7 +14,8 @@ from embedpipe.kernels.lazy_tensor import LazyTensor
 from embedpipe.kernels.models.loader import attention_spec, load_model
 from embedpipe.kernels.models.model_folder import ModelFolder, read_model_folder
 from embedpipe.kernels.ops import make_ops
-from embedpipe.kernels.pooling import OUTPUT_DTYPES, OutputSpec, Pooler
+from embedpipe.kernels.output_dtypes import output_dtype
+from embedpipe.kernels.pooling import OutputSpec, Pooler
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 ATTENTION_BACKENDS = ("auto", "flashinfer", "fa2", "fa3", "torch-varlen", "torch")
@@ -42,8 +43,7 @@ class EngineConfig:
     def __post_init__(self):
         if self.dtype is not None and self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, not {self.dtype!r}")
-        if self.output_dtype not in OUTPUT_DTYPES:
-            raise ValueError(f"output dtype must be one of {', '.join(OUTPUT_DTYPES)}, not {self.output_dtype!r}")
+        output_dtype(self.output_dtype)  # raises for an unknown name
         if self.dim is not None and self.dim <= 0:
             raise ValueError(f"dim must be positive, not {self.dim}")
         if self.max_in_flight < 1:
@@ -109,11 +109,6 @@ class Engine:
         self.runner = None
         self.warm_up_s: float | None = None
         if self.device.type == "cuda":
-            # The host side of a CUDA engine is small copies, and with more threads each one wakes
-            # OpenMP workers that then spin: on 32 cores an index job's process burned 28 cores its
-            # tokenizer workers needed, and ran 1.6x slower (benchmarks/profile_index.py). Set after
-            # loading, which does use the threads. Process-wide: the process is the engine's.
-            torch.set_num_threads(1)
             from embedpipe.kernels.cuda.runner import CudaRunner
             self.runner = CudaRunner(self.forward, self.attn, self.device, config.graphs,
                                      self.output.torch_dtype, self.output.width, config.spin_wait,
@@ -136,6 +131,16 @@ class Engine:
         start = time.perf_counter()
         self.step(pack([[self.folder.config.get("pad_token_id") or 0] * 8], BucketPolicy())).result()
         self.warm_up_s = time.perf_counter() - start
+
+    def claim_host_threads(self) -> None:
+        """For a process whose work is feeding this engine (the index job's, an engine process, the server):
+        on CUDA, one torch thread. The host side of a CUDA engine is small copies, and with more threads
+        each one wakes OpenMP workers that then spin: on 32 cores an index job's process burned 28 cores
+        its tokenizer workers needed, and ran 1.6x slower (benchmarks/profile_index.py). Process-wide, so
+        the process entry points call it after loading (which does use the threads), never the Engine
+        itself: a library user's process keeps its threads."""
+        if self.device.type == "cuda":
+            torch.set_num_threads(1)
 
     @property
     def max_in_flight(self) -> int:

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 from torch import nn
 
-OUTPUT_DTYPES = ("float32", "float16", "int8", "binary")
+from embedpipe.kernels.output_dtypes import output_dtype
+
 
 
 @dataclass(frozen=True)
@@ -22,27 +22,28 @@ class OutputSpec:
     dtype: str = "float32"
 
     def __post_init__(self):
-        if self.dtype not in OUTPUT_DTYPES:
-            raise ValueError(f"output dtype must be one of {', '.join(OUTPUT_DTYPES)}, not {self.dtype!r}")
-        if self.dtype == "binary" and self.dim % 8:
+        stored = output_dtype(self.dtype)  # raises for an unknown name
+        if stored.packed_bits and self.dim % 8:
             raise ValueError(f"binary output packs 8 dimensions a byte; dim {self.dim} is not a multiple of 8")
 
     @property
-    def torch_dtype(self) -> torch.dtype:
-        return {"float32": torch.float32, "float16": torch.float16, "int8": torch.int8, "binary": torch.uint8}[self.dtype]
+    def numpy_dtype(self) -> type:
+        return output_dtype(self.dtype).numpy
 
     @property
-    def numpy_dtype(self) -> type:
-        return {"float32": np.float32, "float16": np.float16, "int8": np.int8, "binary": np.uint8}[self.dtype]
+    def torch_dtype(self) -> torch.dtype:
+        return getattr(torch, output_dtype(self.dtype).numpy.__name__)  # float32, float16, int8, uint8
 
     @property
     def width(self) -> int:
         """Values per output row (binary: bytes of packed bits)."""
-        return self.dim // 8 if self.dtype == "binary" else self.dim
+        return output_dtype(self.dtype).width(self.dim)
 
 
 class Pooler(nn.Module):
-    """Pools, truncates, normalises and quantises: hidden [num_tokens, hidden] -> [num_seqs_padded, spec.width]."""
+    """Pools, truncates, normalises and quantises: hidden [num_tokens, hidden] -> [num_seqs_padded, spec.width].
+
+    The quantisation is output_dtypes.OutputDtype.quantise's, on the device (a test holds them equal)."""
 
     def __init__(self, spec: OutputSpec, ops):
         super().__init__()

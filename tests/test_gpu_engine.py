@@ -11,6 +11,7 @@ from embedpipe.kernels.engine import Engine, EngineConfig
 from embedpipe.kernels.graph_cache import GraphConfig
 from embedpipe.kernels.testing.random_model import write_random_model
 from embedpipe.pipeline.batching.embed import embed_texts
+from embedpipe.pipeline.index.job import load_engine
 from embedpipe.pipeline.text.tokenizer import make_tokenizer
 
 from conftest import cosine
@@ -114,11 +115,14 @@ def test_double_buffered_equals_one_at_a_time(tmp_path, model):
         torch.testing.assert_close(a, b, atol=0, rtol=0)
 
 
-def test_a_cuda_engine_leaves_one_torch_thread(tmp_path):
-    """Its host work is small copies; more threads spin between them (see Engine.__init__)."""
+def test_a_job_engine_on_cuda_leaves_one_torch_thread_and_a_bare_engine_none(tmp_path):
+    """Its host work is small copies; more threads spin between them (Engine.claim_host_threads). The job's
+    loader claims the process's threads; an Engine made by a library user leaves them as they were."""
     write_random_model("tiny-bert", tmp_path)
     torch.set_num_threads(4)
     Engine(EngineConfig(model=str(tmp_path), device="cuda"))
+    assert torch.get_num_threads() == 4
+    load_engine(EngineConfig(model=str(tmp_path), device="cuda"))
     assert torch.get_num_threads() == 1
 
 

@@ -100,11 +100,13 @@ class LocalEngine:
 
 
 def load_engine(config: EngineConfig) -> Engine:
-    """The job's engine, warmed up before the job's clock starts (Engine.warm_up)."""
+    """The job's engine, owning this process's torch threads (Engine.claim_host_threads) and warmed up
+    before the job's clock starts (Engine.warm_up); every engine of an index job is loaded here."""
     try:
         engine = Engine(config)
     except ValueError as error:  # a setting the model cannot take (dim)
         raise ConfigError(str(error)) from error
+    engine.claim_host_threads()
     engine.warm_up()
     return engine
 

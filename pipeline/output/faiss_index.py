@@ -18,7 +18,8 @@ import pyarrow.parquet as pq
 from embedpipe.pipeline.inputs.column_types import widen
 from embedpipe.pipeline.output.manifest import completed_units, write_json_atomic
 from embedpipe.pipeline.output.layout import EMBEDDINGS_FOLDER, INDEX_FILE, INDEX_IDS_FILE, INDEX_META_FILE
-from embedpipe.pipeline.output.sinks import EMBEDDING_TYPES, AtomicParquetWriter, commit_file, temporary_path, writing
+from embedpipe.kernels.output_dtypes import OUTPUT_DTYPES
+from embedpipe.pipeline.output.sinks import AtomicParquetWriter, commit_file, temporary_path, writing
 
 TRAIN_SEED = 0
 READ_BATCH_ROWS = 16384
@@ -103,7 +104,7 @@ def _common_schema(files: list[Path]) -> pa.Schema:
 
 
 def _dtype_name(value_type: pa.DataType) -> str:
-    names = [name for name, arrow_type in EMBEDDING_TYPES.items() if arrow_type == value_type]
+    names = [name for name, stored in OUTPUT_DTYPES.items() if pa.from_numpy_dtype(stored.numpy) == value_type]
     if not names:
         raise ValueError(f"unsupported embedding value type {value_type}")
     return names[0]

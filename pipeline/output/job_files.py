@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from embedpipe.kernels.output_dtypes import output_dtype
 from embedpipe.pipeline.errors import UserError
 from embedpipe.pipeline.output.faiss_index import build_index, new_index
 from embedpipe.pipeline.output.manifest import completed_units, write_json_atomic
@@ -13,7 +14,6 @@ from embedpipe.pipeline.output.layout import INDEX_META_FILE, METRICS_FILE, REJE
 from embedpipe.pipeline.output.sinks import AtomicParquetWriter, read_rejected
 from embedpipe.pipeline.inputs.sources import WorkUnit
 
-FLOAT_DTYPES = ("float32", "float16")
 # job.json keys that index.json holds with another meaning: its id_column is the column's name, job.json's the option
 INDEX_OWNED_KEYS = ("id_column",)
 
@@ -63,7 +63,7 @@ def index_outputs(output_dirs: list[Path], index_dir: Path, factory: str, settin
         if meta.get("factory") == factory and meta.get("num_rows") == num_rows and \
                 all(meta.get(key) == value for key, value in extra.items() if key not in INDEX_OWNED_KEYS):
             return meta  # already built from these units with these settings
-    normalized = bool(settings["normalize"]) and settings["dtype"] in FLOAT_DTYPES
+    normalized = bool(settings["normalize"]) and output_dtype(settings["dtype"]).is_float
     try:
         return build_index(list(output_dirs), Path(index_dir), factory, normalized, extra_meta=extra,
                            in_memory=in_memory)

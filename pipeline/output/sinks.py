@@ -12,18 +12,15 @@ import pyarrow as pa
 import pyarrow.dataset as pds
 import pyarrow.parquet as pq
 
+from embedpipe.kernels.output_dtypes import output_dtype
 from embedpipe.pipeline.output.layout import EMBEDDINGS_FOLDER, REJECTED_FOLDER, unit_file
 
-EMBEDDING_TYPES = {"float32": pa.float32(), "float16": pa.float16(), "int8": pa.int8(),
-                   "binary": pa.uint8()}  # binary: sign bits packed 8 per uint8
 REJECTED_SCHEMA = pa.schema([("id", pa.string()), ("unit_id", pa.string()), ("reason", pa.string())])
 
 
 def embedding_type(dtype_name: str) -> pa.DataType:
-    """Arrow value type of one embedding component for "float32" | "float16" | "int8" | "binary"."""
-    if dtype_name not in EMBEDDING_TYPES:
-        raise ValueError(f"unknown embedding dtype {dtype_name!r}; use one of {list(EMBEDDING_TYPES)}")
-    return EMBEDDING_TYPES[dtype_name]
+    """Arrow value type of one stored embedding component (output_dtypes; binary: 8 sign bits a uint8)."""
+    return pa.from_numpy_dtype(output_dtype(dtype_name).numpy)
 
 
 def temporary_path(final: Path) -> Path:

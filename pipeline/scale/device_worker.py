@@ -19,11 +19,12 @@ from typing import Callable, Iterable
 
 import torch
 
-from embedpipe.kernels.engine import Engine, model_spec
+from embedpipe.kernels.engine import model_spec
 
 from embedpipe.pipeline.config import JobConfig
 from embedpipe.pipeline.text.tokenizer import make_tokenizer
 from embedpipe.pipeline.index.report import EngineReport
+from embedpipe.pipeline.index.job import load_engine
 from embedpipe.pipeline.index.reader import read_and_tokenize
 from embedpipe.pipeline.index.runner import UnitRunner
 from embedpipe.pipeline.inputs.sources import WorkUnit
@@ -99,8 +100,7 @@ def embed_units(job: JobConfig, plan: EnginePlan, units: Iterable[WorkUnit], pro
     config = replace(job.engine, device=plan.device)
     tokenizer = make_tokenizer(model_spec(config), job.prompt, job.prompt_name)
     with TokenizerPool(tokenizer, plan.num_workers).start() as pool:  # its workers start while the engine loads
-        engine = Engine(config)
-        engine.warm_up()
+        engine = load_engine(config)
         ready()
         runner = UnitRunner(job, engine, progress)
         runner.run(read_and_tokenize(job, pool, units))

@@ -55,12 +55,11 @@ class EngineActor:
         import ray
         import torch
 
-        from embedpipe.kernels.engine import Engine
+        from embedpipe.pipeline.index.job import load_engine
 
         if device == "cpu":
             torch.set_num_threads(1)  # the one CPU this actor reserved
-        self.job, self.engine = job, Engine(replace(job.engine, device=device))
-        self.engine.warm_up()
+        self.job, self.engine = job, load_engine(replace(job.engine, device=device))
         node = ray.util.get_node_ip_address()
         gpus = ray.get_gpu_ids()
         self.label = f"cuda:{gpus[0]} on {node}" if device == "cuda" else f"cpu on {node} (pid {os.getpid()})"

@@ -35,6 +35,7 @@ from starlette.routing import Route
 
 from embedpipe.kernels.engine import Engine, EngineConfig
 from embedpipe.kernels.models.model_folder import ModelFolder
+from embedpipe.kernels.output_dtypes import output_dtype
 from embedpipe.kernels.pooling import OutputSpec
 from embedpipe.pipeline.batching.batcher import BatcherConfig
 from embedpipe.pipeline.serve.query import query_prompt_name
@@ -271,11 +272,7 @@ def create_app(server: EmbedServer) -> Starlette:
 def index_queries(vectors: np.ndarray, meta: dict, normalize: bool) -> np.ndarray:
     """Query embeddings [q, dim] in the index's form: shortened to its dimension, quantised like its vectors."""
     vectors = shorten(vectors, meta["dimension"], normalize)  # binary: dimension counts bits
-    if meta["dtype"] == "int8":
-        return np.round(np.tanh(vectors) * 127)  # as the engine quantises (round half to even)
-    if meta["dtype"] == "binary":
-        return np.packbits(vectors >= 0, axis=1)
-    return vectors
+    return output_dtype(meta["dtype"]).quantise(vectors)
 
 
 class DrainingUvicorn(uvicorn.Server):

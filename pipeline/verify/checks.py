@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from embedpipe.kernels.output_dtypes import output_dtype
 from embedpipe.pipeline.inputs.column_types import ColumnTypeChange, widen
 from embedpipe.pipeline.output.faiss_index import count_duplicates
 from embedpipe.pipeline.output.manifest import completed_units
@@ -77,7 +78,7 @@ def check_units(output_dirs: list[Path], report: Report) -> list[tuple[Path, dic
 
 def check_files(files: list[tuple[Path, dict]], settings: dict, report: Report) -> pa.ChunkedArray | None:
     """Checks each file's rows, dimension, dtype and vectors; returns all ids in order (None: their types clash)."""
-    width = settings["dim"] // 8 if settings["dtype"] == "binary" else settings["dim"]
+    width = output_dtype(settings["dtype"]).width(settings["dim"])
     expected = pa.list_(embedding_type(settings["dtype"]), width)
     wrong, num_bad, first_bad, id_chunks, schemas = [], 0, None, [], []
     for path, record in files:
