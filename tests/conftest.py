@@ -40,11 +40,6 @@ def minilm_reference():
     return SentenceTransformer(str(builtin_models()["minilm"]), device="cpu")
 
 
-def cosine(a, b):
-    a, b = torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64)
-    return torch.nn.functional.cosine_similarity(a, b, dim=-1)
-
-
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> Path:
     """A random-weight 2-layer BERT folder (hidden 64, mean pooling, normalised): fast on the CPU."""

@@ -1,0 +1,134 @@
+"""`embedpipe serve` as a process: an index made by `embedpipe index`, graceful SIGTERM, start-up errors."""
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import pytest
+
+from support.numerics import cosine
+from embedpipe.pipeline.batching.embed import embed_texts
+from embedpipe.pipeline.text.tokenizer import make_tokenizer
+from support.processes import spawned_children, wait_until_gone
+from support.serve_client import ServerProcess, embed, free_port, metric, vectors
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("http_workers", [1, 2])
+def test_sigterm_finishes_in_flight_requests_refuses_new_ones_and_exits_0(tmp_path, minilm, texts, http_workers):
+    server = ServerProcess(tmp_path / "server.log", "--http-workers", str(http_workers))
+    requests = [[f"shutdown {i}-{j}: {texts[(8 * i + j) % len(texts)][:200]}" for j in range(8)] for i in range(24)]
+    results, finished_at = {}, {}
+
+    def client(i):
+        try:
+            results[i] = embed(server.url, input=requests[i])
+        except httpx.TransportError as error:
+            results[i] = error
+        finished_at[i] = time.monotonic()
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(requests))]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 60
+    while not admitted_all(server.url, len(requests)):  # so every request is the server's, answered or in flight
+        assert time.monotonic() < deadline, "the requests were never all admitted"
+        time.sleep(0.01)
+    server.proc.send_signal(signal.SIGTERM)
+    signalled_at = time.monotonic()
+    for _ in range(3):  # from now on: 503 while uvicorn still listens, then connections are refused
+        try:
+            late = embed(server.url, input="after the signal")
+            assert late.status_code == 503, late.text
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    for thread in threads:
+        thread.join(120)
+    assert server.proc.wait(60) == 0, (tmp_path / "server.log").read_text()
+    assert sorted(results) == list(range(len(requests)))
+    failed = {i: r for i, r in results.items() if not isinstance(r, httpx.Response) or r.status_code != 200}
+    assert not failed, failed
+    assert any(t > signalled_at for t in finished_at.values()), "no request was still in flight at the signal"
+    tokenizer = make_tokenizer(minilm)
+    for i in (0, len(requests) - 1):
+        assert cosine(vectors(results[i]), embed_texts(minilm, tokenizer, requests[i])).min() >= 0.9999
+    with pytest.raises(httpx.TransportError):
+        httpx.get(server.url + "/health", timeout=5)
+
+
+def test_search_an_index_made_by_the_index_command(tmp_path):
+    docs = ["the cat sat on the mat", "stock markets fell sharply today", "a recipe for lemon cake"]
+    rows = [{"id": f"doc-{i}", "text": text, "title": text.split()[1]} for i, text in enumerate(docs)]
+    (tmp_path / "docs.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    made = subprocess.run([sys.executable, "-m", "embedpipe.cli.main", "index", str(tmp_path / "docs.jsonl"),
+                           "-o", str(tmp_path / "out"), "--device", "cpu", "--keep-columns", "title", "-q"],
+                          capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stderr
+    server = ServerProcess(tmp_path / "server.log", "--index", str(tmp_path / "out"))
+    try:
+        response = httpx.post(server.url + "/v1/search", json={"query": "where did the cat sit", "k": 3}, timeout=60)
+        hits = response.json()["data"][0]["hits"]
+        assert [h["id"] for h in hits][0] == "doc-0" and hits[0]["title"] == "cat" and len(hits) == 3
+        assert httpx.get(server.url + "/health").json()["index_rows"] == 3
+    finally:
+        assert server.terminate() == 0
+
+
+def admitted_all(url: str, num_requests: int) -> bool:
+    answered = metric(url, "embedpipe_request_seconds_count")
+    return answered + metric(url, "embedpipe_requests_active") == num_requests
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--model", "/no/such/model"], "neither a local folder nor a short name"),
+    (["--index", "/no/such/index"], "holds no index"),
+    (["--device", "tpu"], "--device must be"),
+    (["--max-input-tokens", "1000"], "more than the model's max_seq_length 256"),
+    (["--http-workers", "2", "--port", "0"], "--port 0 (any free port) needs --http-workers 1"),
+])
+def test_start_up_errors_exit_2_with_a_message(args, message):
+    result = subprocess.run([sys.executable, "-m", "embedpipe.cli.main", "serve", "--device", "cpu", *args],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
+def test_a_dead_http_process_stops_the_server_with_its_cause_and_leaves_no_process(tmp_path):
+    server = ServerProcess(tmp_path / "server.log", "--http-workers", "2")
+    fronts = spawned_children(server.proc.pid)
+    assert len(fronts) == 2
+    assert vectors(embed(server.url, input="served by either")).shape == (1, 384)
+    fronts[0].kill()
+    assert server.proc.wait(60) == 1
+    log = (tmp_path / "server.log").read_text()
+    assert "exited (exit code -9, SIGKILL); the server stopped" in log and "Traceback" not in log, log
+    assert wait_until_gone([front.pid for front in fronts]), "an HTTP process outlived the server"
+
+
+def test_sigterm_while_http_processes_start_exits_0_and_leaves_no_process(tmp_path):
+    log = tmp_path / "server.log"
+    command = [sys.executable, "-m", "embedpipe.cli.main", "serve", "--device", "cpu", "--http-workers", "2",
+               "--port", str(free_port())]
+    with open(log, "w") as out:
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 180
+    while len(fronts := spawned_children(proc.pid)) < 2:  # spawned: still importing, not yet listening
+        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0, log.read_text()
+    assert "error" not in log.read_text() and "embedpipe: serving" not in log.read_text(), log.read_text()
+    assert wait_until_gone([front.pid for front in fronts]), "an HTTP process outlived the server"
+
+
+def test_http_processes_exit_with_a_killed_engine_process(tmp_path):
+    server = ServerProcess(tmp_path / "server.log", "--http-workers", "2")
+    fronts = [child.pid for child in spawned_children(server.proc.pid)]
+    assert len(fronts) == 2
+    server.proc.kill()  # no cleanup runs in it
+    assert server.proc.wait(60) == -signal.SIGKILL
+    assert wait_until_gone(fronts), "an HTTP process outlived the engine process"

@@ -1,0 +1,231 @@
+"""`embedpipe index`, `merge` and `query` run in this process on small corpora: bad inputs, settings, shards."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from support.corpus import read_embeddings, variant_texts, vectors_of, write_corpus
+from embedpipe.cli.main import app
+from embedpipe.pipeline.output.faiss_index import SearchIndex
+from embedpipe.pipeline.output.manifest import completed_units
+
+FAST = ["--device", "cpu", "--workers", "0", "--quiet"]
+
+
+def invoke(*args):
+    return CliRunner().invoke(app, [*map(str, args)])
+
+
+def index(*args):
+    return invoke("index", *args, *FAST)
+
+
+def write_table(path, **columns):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table(columns), path, row_group_size=10)
+    return path
+
+
+@pytest.fixture
+def good_file(tmp_path):
+    """in/a.parquet: 20 good rows, ids 0..19; sorts before the files the tests add."""
+    return write_table(tmp_path / "in" / "a.parquet", id=list(range(20)), text=variant_texts(20))
+
+
+def assert_kept(output, num_rows=20):
+    """The good file's units are still recorded as done, with their rows."""
+    done = completed_units(output)
+    assert done and all(unit_id.startswith("a.parquet") for unit_id in done)
+    assert read_embeddings(output).num_rows == num_rows
+
+
+def test_bad_texts_are_skipped_and_recorded(tmp_path):
+    texts = ["fine", None, "also fine", "", "ok", " \t\n", "last"]
+    write_table(tmp_path / "in" / "t.parquet", id=[f"d{i}" for i in range(7)], text=texts)
+    result = index(tmp_path / "in", "--output", tmp_path / "out")
+    assert result.exit_code == 0, result.output
+    rejected = pq.read_table(tmp_path / "out" / "rejected.parquet").sort_by("id").to_pydict()
+    assert rejected["id"] == ["d1", "d3", "d5"] and rejected["reason"] == ["null", "empty", "whitespace"]
+    assert read_embeddings(tmp_path / "out").column("id").to_pylist() == ["d0", "d2", "d4", "d6"]
+    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert (metrics["rows"], metrics["rejected_rows"], metrics["index"]["num_rows"]) == (4, 3, 4)
+
+
+def test_jsonl_csv_and_saved_datasets_are_indexed_together(tmp_path):
+    import datasets
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    texts = variant_texts(9)
+    (folder / "a.jsonl").write_text("".join(json.dumps({"id": f"j{i}", "text": texts[i]}) + "\n" for i in range(3)))
+    (folder / "b.csv").write_text("id,text\n" + "".join(f'c{i},"{texts[3 + i]}"\n' for i in range(3)))
+    datasets.Dataset.from_dict({"id": ["h0", "h1", "h2"], "text": texts[6:]}).save_to_disk(str(folder / "c"))
+    result = index(folder, "--output", tmp_path / "out")
+    assert result.exit_code == 0, result.output
+    table = read_embeddings(tmp_path / "out")
+    assert sorted(table.column("id").to_pylist()) == ["c0", "c1", "c2", "h0", "h1", "h2", "j0", "j1", "j2"]
+    assert SearchIndex.load(tmp_path / "out").meta["num_rows"] == 9
+
+
+def test_bad_row_with_fail_names_it_and_keeps_finished_units(tmp_path, good_file):
+    write_table(tmp_path / "in" / "b.parquet", id=[100, 101, 102], text=["x", "y", "   "])
+    result = index(tmp_path / "in", "--output", tmp_path / "out", "--on-bad-row", "fail", "--rows-per-unit", "10")
+    assert result.exit_code == 2
+    assert "b.parquet" in result.stderr and "id 102" in result.stderr and "whitespace" in result.stderr
+    assert "Traceback" not in result.output
+    assert_kept(tmp_path / "out")
+    assert not (tmp_path / "out" / "index.faiss").exists()
+
+
+@pytest.mark.parametrize("columns, options, expected", [
+    ({"body": ["x"], "id": [1]}, [], ["b.parquet", "text column 'text' not found", "body, id"]),
+    ({"text": ["x"], "id": [1]}, ["--id-column", "doc"], ["b.parquet", "id column 'doc' not found", "text, id"]),
+    ({"text": [7], "id": [1]}, [], ["b.parquet", "text column 'text' has type int64, not a string"]),
+])
+def test_column_errors_name_the_file_and_keep_finished_units(tmp_path, good_file, columns, options, expected):
+    if options:  # the good file needs the id column too
+        write_table(good_file, doc=list(range(20)), text=variant_texts(20))
+    write_table(tmp_path / "in" / "b.parquet", **columns)
+    result = index(tmp_path / "in", "--output", tmp_path / "out", *options)
+    assert result.exit_code == 2, result.output
+    for part in expected:
+        assert part in result.stderr
+    assert_kept(tmp_path / "out")
+
+
+def test_unreadable_files_fail_the_job_and_lose_nothing(tmp_path, good_file):
+    assert index(tmp_path / "in", "--output", tmp_path / "out").exit_code == 0
+    before = read_embeddings(tmp_path / "out")
+    (tmp_path / "in" / "broken.parquet").write_bytes(b"PAR1 truncated")
+    result = index(tmp_path / "in", "--output", tmp_path / "out")
+    assert result.exit_code == 2 and "broken.parquet" in result.stderr
+    (tmp_path / "in" / "broken.parquet").unlink()
+    (tmp_path / "in" / "c.jsonl").write_text('{"id": 50, "text": "fine"}\n{not json\n')
+    result = index(tmp_path / "in", "--output", tmp_path / "out")
+    assert result.exit_code == 2 and "c.jsonl" in result.stderr and "cannot read" in result.stderr
+    assert read_embeddings(tmp_path / "out").equals(before)
+    assert (tmp_path / "out" / "index.faiss").exists()
+
+
+def test_skip_bad_files_records_them_and_exits_3(tmp_path, good_file):
+    (tmp_path / "in" / "broken.parquet").write_bytes(b"PAR1 truncated")
+    (tmp_path / "in" / "c.jsonl").write_text('{"id": 50, "text": "fine"}\n{not json\n')
+    result = index(tmp_path / "in", "--output", tmp_path / "out", "--skip-bad-files")
+    assert result.exit_code == 3, result.output
+    assert "2 bad files skipped" in result.stderr
+    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert sorted(p["path"].rsplit("/", 1)[1] for p in metrics["bad_files"]) == ["broken.parquet", "c.jsonl"]
+    assert_kept(tmp_path / "out")
+    assert metrics["index"]["num_rows"] == 20
+
+
+def test_a_rerun_of_a_finished_job_keeps_its_index(tmp_path, good_file):
+    assert index(good_file, "--output", tmp_path / "out").exit_code == 0
+    built = (tmp_path / "out" / "index.faiss").stat().st_mtime_ns
+    assert index(good_file, "--output", tmp_path / "out").exit_code == 0  # a retry of a job that had finished
+    assert (tmp_path / "out" / "index.faiss").stat().st_mtime_ns == built
+
+
+def test_a_bad_index_factory_fails_before_any_work(tmp_path, good_file):
+    result = index(good_file, "--output", tmp_path / "out", "--index-factory", "IVFx,Nope")
+    assert result.exit_code == 2 and "index factory 'IVFx,Nope'" in result.stderr
+    assert not (tmp_path / "out" / "embeddings").exists()
+
+
+def test_other_settings_need_overwrite(tmp_path, good_file):
+    assert index(good_file, "--output", tmp_path / "out").exit_code == 0
+    result = index(good_file, "--output", tmp_path / "out", "--dim", "64")
+    assert result.exit_code == 2 and "dim: 384 (stored) != 64 (now)" in result.stderr
+    assert_kept(tmp_path / "out")
+    assert index(good_file, "--output", tmp_path / "out", "--dim", "64", "--overwrite").exit_code == 0
+    table = read_embeddings(tmp_path / "out")
+    assert table.num_rows == 20 and table.schema.field("embedding").type.list_size == 64
+    assert json.loads((tmp_path / "out" / "index.json").read_text())["dimension"] == 64
+
+
+def test_config_file_with_command_line_override(tmp_path):
+    write_table(tmp_path / "in" / "t.parquet", id=list(range(20)), body=variant_texts(20), source=["s"] * 20)
+    config = tmp_path / "job.toml"
+    config.write_text('text-column = "body"\ndim = 64\nkeep_columns = ["source"]\nrows-per-unit = 10\n'
+                      f'inputs = ["{tmp_path / "in"}"]\n')
+    result = index("--config", config, "--output", tmp_path / "out", "--dim", "32")
+    assert result.exit_code == 0, result.output
+    settings = json.loads((tmp_path / "out" / "job.json").read_text())
+    assert (settings["dim"], settings["text_column"], settings["keep_columns"]) == (32, "body", ["source"])
+    assert len(completed_units(tmp_path / "out")) == 2
+    config.write_text("dims = 64\n")
+    result = index(tmp_path / "in", "--config", config, "--output", tmp_path / "out2")
+    assert result.exit_code == 2 and "unknown option 'dims'" in result.stderr
+
+
+def test_shards_cover_every_unit_once_and_merge_equals_one_run(tmp_path):
+    write_corpus(tmp_path / "in", variant_texts(90), num_files=3, row_group_size=10)
+    common = [tmp_path / "in", "--rows-per-unit", "10", "--keep-columns", "source"]
+    assert index(*common, "--output", tmp_path / "one").exit_code == 0
+    shards = [tmp_path / f"shard{i}" for i in range(3)]
+    for i, shard in enumerate(shards):
+        assert index(*common, "--output", shard, "--shard-index", i, "--num-shards", 3).exit_code == 0
+        assert not (shard / "index.faiss").exists()
+    done = [set(completed_units(shard)) for shard in shards]
+    assert sum(map(len, done)) == len(set.union(*done)) == 9
+    assert set.union(*done) == set(json.loads((tmp_path / "one" / "units.json").read_text())["units"])
+    incomplete = invoke("merge", *shards[:2], "--into", tmp_path / "merged")
+    assert incomplete.exit_code == 2 and "3 of the job's 9 units are not done" in incomplete.stderr
+    assert invoke("merge", *shards, "--into", tmp_path / "merged").exit_code == 0
+    one, merged = SearchIndex.load(tmp_path / "one"), SearchIndex.load(tmp_path / "merged")
+    assert merged.ids.equals(one.ids) and merged.meta["num_rows"] == 90
+    queries = vectors_of(read_embeddings(tmp_path / "one"))[::7]
+    assert [[h["id"] for h in hits] for hits in merged.search(queries, 3)] == \
+        [[h["id"] for h in hits] for hits in one.search(queries, 3)]
+
+
+def test_query_prints_the_row_of_a_corpus_text(tmp_path):
+    texts = variant_texts(60)
+    write_table(tmp_path / "in" / "t.parquet", id=[f"doc-{i}" for i in range(60)], text=texts, title=texts)
+    assert index(tmp_path / "in", "--output", tmp_path / "out", "--keep-columns", "title").exit_code == 0
+    result = invoke("query", texts[17], "--index", tmp_path / "out", "-k", "3", "--json", "--device", "cpu")
+    assert result.exit_code == 0, result.output
+    hits = json.loads(result.stdout)
+    assert hits[0]["id"] == "doc-17" and hits[0]["title"] == texts[17]
+    assert hits[0]["score"] == pytest.approx(1.0, abs=1e-4) and len(hits) == 3
+    table = invoke("query", texts[17], "--index", tmp_path / "out", "--device", "cpu").stdout.splitlines()
+    assert table[0].split()[:3] == ["rank", "score", "id"] and table[1].split()[:3] == ["1", "1.0000", "doc-17"]
+    missing = invoke("query", "x", "--index", tmp_path / "in", "--device", "cpu")
+    assert missing.exit_code == 2 and "holds no index" in missing.stderr
+
+
+def test_query_without_index_prints_the_embedding():
+    result = invoke("query", "hello world", "--device", "cpu", "--dim", "32")
+    assert result.exit_code == 0, result.output
+    row = json.loads(result.stdout)
+    assert row["text"] == "hello world" and len(row["embedding"]) == 32
+    assert np.linalg.norm(row["embedding"]) == pytest.approx(1.0, abs=1e-4)
+
+
+@pytest.mark.parametrize("budget,kept", [(1 << 30, True), (1, False)])
+def test_a_flat_index_is_built_from_the_vectors_the_job_kept_within_its_budget(tmp_path, tiny_model, monkeypatch,
+                                                                              budget, kept):
+    """The job hands its written vectors to the Flat index build; past the budget it keeps none and the
+    build reads the files. Either way the index equals one built from the files (merge)."""
+    from embedpipe.pipeline.index import runner
+    from embedpipe.pipeline.output import faiss_index, job_files as outputs
+
+    write_corpus(tmp_path / "in", variant_texts(300), num_files=2, row_group_size=50)
+    given = []
+    build = faiss_index.build_index
+    monkeypatch.setattr(runner, "in_memory_budget", lambda: budget)
+    monkeypatch.setattr(outputs, "build_index", lambda *a, **k: given.append(k["in_memory"]) or build(*a, **k))
+    result = invoke("index", tmp_path / "in", "--output", tmp_path / "out", "--model", tiny_model, "--device", "cpu",
+                    "--rows-per-unit", "50", "-q")
+    assert result.exit_code == 0, result.stderr
+    files = {tmp_path / "out" / "embeddings" / r["file_name"] for r in completed_units(tmp_path / "out").values()}
+    assert (given[0] is not None and set(given[0]) == files) == kept
+    monkeypatch.setattr(outputs, "build_index", build)
+    assert invoke("merge", tmp_path / "out", "--into", tmp_path / "merged").exit_code == 0
+    ours, theirs = (SearchIndex.load(tmp_path / name).index for name in ("out", "merged"))
+    assert np.array_equal(ours.reconstruct_n(0, 300), theirs.reconstruct_n(0, 300))

@@ -1,0 +1,70 @@
+"""The link between an HTTP process and the engine process (serve_fronts), in one process over a real socket pair."""
+import asyncio
+import multiprocessing
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from support.numerics import cosine
+from embedpipe.pipeline.batching.batcher import BatcherConfig
+from embedpipe.pipeline.batching.embed import embed_token_ids
+from embedpipe.pipeline.serve.app import LocalBackend
+from embedpipe.pipeline.serve.fronts import FrontBridge, RemoteBackend
+from support.serve_client import GatedEngine
+
+FAIL_TOKEN = 2999
+
+
+@pytest.fixture
+def linked(minilm):
+    """(engine, engine-process side, HTTP-process side): a LocalBackend behind a bridge, and its RemoteBackend."""
+    engine = GatedEngine(minilm, fail_token=FAIL_TOKEN)
+    local = LocalBackend(engine, None, BatcherConfig(max_batch_tokens=512, max_batch_seqs=16))
+    local.start()
+    here, there = multiprocessing.Pipe(duplex=True)
+    searches = ThreadPoolExecutor(1)
+    bridge = FrontBridge(here, local, searches)
+    yield engine, bridge, RemoteBackend(there)
+    engine.gate.set()
+    there.close()
+    bridge.thread.join(10)
+    local.close()
+    searches.shutdown()
+
+
+def test_embeddings_failures_timeouts_and_metrics_cross_the_link(linked, minilm):
+    engine, bridge, remote = linked
+    sequences = [[101, *range(1000, 1000 + n), 102] for n in (5, 40, 7)]
+
+    async def main():
+        remote.start()
+        waiting = asyncio.create_task(asyncio.wait_for(remote.embed(sequences[:1]), 0.3))
+        await asyncio.sleep(0.05)
+        assert len(bridge._jobs) == 1  # the engine is gated: the job waits there
+        with pytest.raises(asyncio.TimeoutError):
+            await waiting
+        deadline = time.monotonic() + 5
+        while bridge._jobs:  # the timeout sent "cancel": the engine process dropped the job
+            assert time.monotonic() < deadline, "the cancelled job stayed in the bridge"
+            await asyncio.sleep(0.01)
+        engine.gate.set()
+        got = await remote.embed(sequences)
+        assert got.shape == (3, 384)
+        assert cosine(got, embed_token_ids(minilm, sequences)).min() >= 0.9999
+        with pytest.raises(RuntimeError, match="injected engine failure"):
+            await remote.embed([[101, FAIL_TOKEN, 102]])
+        with pytest.raises(AttributeError):  # no index in the engine process: the error comes back, the link goes on
+            await asyncio.get_running_loop().run_in_executor(None, remote.search, np.zeros((1, 384), np.float32), 3)
+        remote.metrics.admitted(1)
+        remote.metrics.counted(3, 58)
+        remote.metrics.answered("embeddings", 200, 0.004)
+        remote.metrics.admitted(-1)
+        return await asyncio.get_running_loop().run_in_executor(None, remote.metrics.text)
+
+    text = asyncio.run(main()).decode()
+    assert "embedpipe_tokens_total 58.0" in text and "embedpipe_inputs_total 3.0" in text
+    assert 'embedpipe_requests_total{endpoint="embeddings",status="200"} 1.0' in text
+    assert "embedpipe_requests_active 0.0" in text
+    assert not bridge._jobs

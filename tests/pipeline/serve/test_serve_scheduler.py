@@ -1,0 +1,240 @@
+"""The engine thread behind the server: FIFO token-budget batches merged across requests, in-process."""
+import asyncio
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from support.numerics import cosine
+from embedpipe.pipeline.batching.batcher import BatcherConfig
+from embedpipe.pipeline.batching.embed import embed_token_ids
+from embedpipe.pipeline.text.tokenizer import make_tokenizer
+from embedpipe.pipeline.serve.scheduler import Scheduler, SchedulerClosed
+from support.serve_client import GatedEngine
+
+SMALL_BATCHES = BatcherConfig(max_batch_tokens=512, max_batch_seqs=64)
+
+
+def sequences(num_seqs, length, seed=0):
+    rng = np.random.default_rng(seed)
+    return [[101, *rng.integers(1000, 29000, length - 2).tolist(), 102] for _ in range(num_seqs)]
+
+
+def run(coroutine_fn, *args):
+    return asyncio.run(coroutine_fn(*args))
+
+
+def test_concurrent_jobs_match_the_reference_and_share_batches(minilm, texts):
+    ids = [s for s in make_tokenizer(minilm).encode(texts)[0] if len(s) <= 48][:90]
+    expected = embed_token_ids(minilm, ids)
+    engine = GatedEngine(minilm)
+
+    async def main():
+        scheduler = Scheduler(engine, BatcherConfig(max_batch_tokens=512, max_batch_seqs=16))
+        jobs = [scheduler.submit(ids[i:i + 3]) for i in range(0, len(ids), 3)]
+        engine.gate.set()
+        results = await asyncio.gather(*(job.future for job in jobs))
+        scheduler.close()
+        return results
+
+    results = run(main)
+    assert [len(r) for r in results] == [3] * (len(ids) // 3)
+    assert cosine(np.concatenate(results), expected).min() >= 0.9999
+    assert any(len({id(job) for job, _ in tags}) > 1 for tags in engine.batches), "no batch merged two requests"
+    assert max(len(tags) for tags in engine.batches) <= 16
+
+
+def test_a_large_request_is_cut_into_chunks_that_share_a_batch_with_the_next(minilm):
+    big, small = sequences(30, 50), sequences(2, 5, seed=1)  # 10 big ones fill a 512-token batch
+    engine = GatedEngine(minilm)
+
+    async def main():
+        scheduler = Scheduler(engine, SMALL_BATCHES)
+        big_job, small_job = scheduler.submit(big), scheduler.submit(small)
+        engine.gate.set()
+        out = await asyncio.gather(big_job.future, small_job.future)
+        scheduler.close()
+        return big_job, small_job, out
+
+    big_job, small_job, (big_out, small_out) = run(main)
+    order = [(job, i) for tags in engine.batches for job, i in tags]
+    assert order == [(big_job, i) for i in range(30)] + [(small_job, 0), (small_job, 1)]  # first in, first out
+    assert sum(any(job is big_job for job, _ in tags) for tags in engine.batches) == 3
+    shared = [tags for tags in engine.batches if {id(job) for job, _ in tags} == {id(big_job), id(small_job)}]
+    assert len(shared) == 1, "the small request did not join the big one's last chunk"
+    assert cosine(big_out, embed_token_ids(minilm, big)).min() >= 0.9999
+    assert cosine(small_out, embed_token_ids(minilm, small)).min() >= 0.9999
+
+
+def test_a_cancelled_job_drops_its_unbatched_sequences(minilm):
+    engine = GatedEngine(minilm)
+
+    async def main():
+        scheduler = Scheduler(engine, SMALL_BATCHES)
+        doomed, kept = scheduler.submit(sequences(50, 50)), scheduler.submit(sequences(1, 8))
+        await asyncio.sleep(0.05)
+        doomed.cancel()  # as a timed-out request does
+        engine.gate.set()
+        result = await asyncio.wait_for(kept.future, 60)
+        scheduler.close()
+        return doomed, result
+
+    doomed, result = run(main)
+    ran = sum(job is doomed for tags in engine.batches for job, _ in tags)
+    assert ran <= 21, f"{ran} of the cancelled job's 50 sequences still ran"  # at most two batches' worth
+    assert not doomed.future.done() and result.shape == (1, minilm.output.width)
+
+
+def test_an_engine_failure_fails_its_requests_and_the_scheduler_goes_on(minilm):
+    engine = GatedEngine(minilm, fail_token=7)
+    engine.gate.set()
+
+    async def main():
+        scheduler = Scheduler(engine, SMALL_BATCHES)
+        bad = scheduler.submit([[101, 7, 102]])
+        with pytest.raises(RuntimeError, match="injected"):
+            await bad.future
+        good = await scheduler.submit(sequences(3, 20)).future
+        scheduler.close()
+        return good
+
+    assert cosine(run(main), embed_token_ids(minilm, sequences(3, 20))).min() >= 0.9999
+
+
+def test_close_finishes_queued_jobs_then_refuses_new_ones(minilm):
+    engine = GatedEngine(minilm)
+
+    async def main():
+        scheduler = Scheduler(engine, SMALL_BATCHES)
+        jobs = [scheduler.submit(sequences(4, 50, seed=i)) for i in range(5)]
+        closing = asyncio.get_running_loop().run_in_executor(None, scheduler.close)
+        await asyncio.sleep(0.05)
+        with pytest.raises(SchedulerClosed):
+            scheduler.submit(sequences(1, 8))
+        engine.gate.set()
+        await closing
+        return await asyncio.gather(*(job.future for job in jobs))
+
+    assert [r.shape[0] for r in run(main)] == [4] * 5
+
+
+class DelayedHandle:
+    """A LazyTensor that completes `delay` seconds after it is made, as a batch on a GPU does."""
+
+    def __init__(self, rows, delay: float, on_result):
+        self.rows, self.ready_at, self.on_result = rows, time.perf_counter() + delay, on_result
+
+    def done(self) -> bool:
+        return time.perf_counter() >= self.ready_at
+
+    def result(self):
+        time.sleep(max(0.0, self.ready_at - time.perf_counter()))
+        self.on_result()
+        return self.rows
+
+    def read(self, consume):  # as LazyTensor.read
+        return consume(self.result())
+
+
+class DeviceLikeEngine:
+    """The real engine behind handles that complete later; counts the batches launched and not yet read."""
+
+    def __init__(self, engine, delay: float = 0.02):
+        self.engine, self.delay = engine, delay
+        self.outstanding = self.max_outstanding = 0
+        self.lock = threading.Lock()
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
+
+    def step(self, batch):
+        rows = self.engine.step(batch).result()
+        with self.lock:
+            self.outstanding += 1
+            self.max_outstanding = max(self.max_outstanding, self.outstanding)
+        return DelayedHandle(rows, self.delay, self._read)
+
+    def _read(self):
+        with self.lock:
+            self.outstanding -= 1
+
+
+def test_two_batches_in_flight_while_the_device_is_busy(minilm):
+    engine = DeviceLikeEngine(minilm)
+    jobs_ids = [sequences(2, 30, seed=i) for i in range(12)]
+
+    async def main():
+        scheduler = Scheduler(engine, BatcherConfig(max_batch_tokens=256, max_batch_seqs=4))
+        jobs = [scheduler.submit(ids) for ids in jobs_ids]
+        results = await asyncio.wait_for(asyncio.gather(*(job.future for job in jobs)), 60)
+        scheduler.close()
+        return results
+
+    results = run(main)
+    assert engine.max_outstanding == 2  # launched ahead, but never more than two
+    for ids, got in zip(jobs_ids, results):
+        assert cosine(got, embed_token_ids(minilm, ids)).min() >= 0.9999
+
+
+class HeldHandle:
+    """A step's result that is done only once the test releases it."""
+
+    def __init__(self, rows):
+        self.rows, self.released = rows, threading.Event()
+
+    def done(self):
+        return self.released.is_set()
+
+    def result(self):
+        self.released.wait()
+        return self.rows
+
+    def read(self, consume):  # as LazyTensor.read
+        return consume(self.result())
+
+
+class HeldEngine:
+    """The real engine, whose batches stay unfinished until released; records how many were unfinished
+    each time a batch was launched."""
+
+    def __init__(self, engine):
+        self.engine, self.handles, self.unfinished_at_launch = engine, [], []
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
+
+    def step(self, batch):
+        self.unfinished_at_launch.append(sum(not h.done() for h in self.handles))
+        self.handles.append(HeldHandle(self.engine.step(batch).result()))
+        return self.handles[-1]
+
+
+@pytest.mark.parametrize("max_in_flight", [1, 2, 3])
+def test_at_most_max_in_flight_batches_run_at_once(minilm, max_in_flight):
+    engine = HeldEngine(minilm)
+    stop = threading.Event()
+
+    def release_slowly():  # the oldest batch, once max_in_flight are unfinished (or every batch has started)
+        while not stop.is_set():
+            unfinished = [h for h in list(engine.handles) if not h.done()]
+            if unfinished and (len(unfinished) >= max_in_flight or len(engine.handles) == 12):
+                unfinished[0].released.set()
+            time.sleep(0.001)
+
+    async def main():  # one sequence per batch
+        scheduler = Scheduler(engine, BatcherConfig(max_batch_tokens=512, max_batch_seqs=1), max_in_flight=max_in_flight)
+        jobs = [scheduler.submit(sequences(1, 20, seed=i)) for i in range(12)]
+        results = await asyncio.gather(*(job.future for job in jobs))
+        scheduler.close()
+        return results
+
+    releaser = threading.Thread(target=release_slowly)
+    releaser.start()
+    try:
+        results = run(main)
+    finally:
+        stop.set()
+        releaser.join()
+    assert len(engine.handles) == 12 and all(len(r) == 1 for r in results)
+    assert max(engine.unfinished_at_launch) == max_in_flight - 1  # reached, never passed
