@@ -4,6 +4,7 @@ import pytest
 
 from embedpipe.kernels.batch import BucketPolicy, pack
 from embedpipe.kernels.engine import Engine, EngineConfig
+from embedpipe.kernels.output_dtypes import OUTPUT_DTYPES
 from embedpipe.pipeline.text.tokenizer import make_tokenizer
 
 
@@ -66,3 +67,19 @@ def test_bad_output_settings_are_rejected():
         Engine(EngineConfig(device="cpu", dim=100, output_dtype="binary"))
     with pytest.raises(ValueError, match="output dtype"):
         EngineConfig(output_dtype="bfloat16")
+
+
+@pytest.mark.parametrize("name", list(OUTPUT_DTYPES))
+def test_the_numpy_quantiser_stores_what_the_pooler_stores(sequences, name):
+    """output_dtypes' quantise (the server's queries against an int8 / binary index) against the Pooler,
+    from the same pooled, truncated, normalised float32 vectors; the table's width and dtype are the engine's."""
+    pooled = _run(sequences, dim=128)
+    engine = Engine(EngineConfig(device="cpu", dim=128, output_dtype=name))
+    stored = engine.step(pack(sequences, BucketPolicy())).result().numpy()
+    ours = OUTPUT_DTYPES[name].quantise(pooled)
+    assert ours.dtype == stored.dtype == engine.output.numpy_dtype
+    assert ours.shape == stored.shape == (len(sequences), engine.output.width)
+    if name == "int8":  # torch's and numpy's tanh may differ in the last bit, which can move a round
+        assert np.abs(ours.astype(int) - stored).max() <= 1 and (ours == stored).mean() >= 0.999
+    else:
+        np.testing.assert_array_equal(ours, stored)

@@ -8,45 +8,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import torch
 from typer.testing import CliRunner
 
 from support.numerics import cosine
 from support.corpus import read_embeddings, variant_texts, vectors_of, write_corpus
+from support.engines import OutOfMemoryAbove
 from embedpipe.cli.main import app
 from embedpipe.kernels.batch import BucketPolicy, pack
 from embedpipe.kernels.engine import Engine, EngineConfig
 from embedpipe.pipeline.index import job
 from embedpipe.pipeline.text.tokenizer import make_tokenizer
 from embedpipe.pipeline.batching.oom_split import SplitOnOutOfMemory, TextTooLargeForDevice
-
-
-class OutOfMemoryAbove:
-    """An engine that runs out of memory on batches of more than max_tokens padded tokens, when the
-    batch is launched (at="step") or when its result is read (at="result"), as CUDA can."""
-
-    def __init__(self, engine: Engine, max_tokens: int, at: str = "step"):
-        self.engine, self.max_tokens, self.at = engine, max_tokens, at
-        self.num_failed = 0
-
-    def step(self, batch):
-        if batch.key[0] <= self.max_tokens:
-            return self.engine.step(batch)
-        self.num_failed += 1
-        if self.at == "step":
-            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        return FailingHandle()
-
-    def __getattr__(self, name):  # output, folder, counters, device: the real engine's
-        return getattr(self.engine, name)
-
-
-class FailingHandle:
-    def result(self):
-        raise torch.cuda.OutOfMemoryError("CUDA out of memory (surfaced at synchronize)")
-
-    def read(self, consume):
-        self.result()
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ from embedpipe.pipeline.batching.batcher import BatcherConfig
 from embedpipe.pipeline.batching.embed import embed_token_ids
 from embedpipe.pipeline.text.tokenizer import make_tokenizer
 from embedpipe.pipeline.serve.scheduler import Scheduler, SchedulerClosed
+from support.engines import OutOfMemoryAbove
 from support.serve_client import GatedEngine
 
 SMALL_BATCHES = BatcherConfig(max_batch_tokens=512, max_batch_seqs=64)
@@ -238,3 +239,23 @@ def test_at_most_max_in_flight_batches_run_at_once(minilm, max_in_flight):
         releaser.join()
     assert len(engine.handles) == 12 and all(len(r) == 1 for r in results)
     assert max(engine.unfinished_at_launch) == max_in_flight - 1  # reached, never passed
+
+
+@pytest.mark.parametrize("at", ["step", "result"])
+def test_a_batch_out_of_memory_runs_as_halves_and_answers_every_request(minilm, at):
+    """The scheduler launches through batching/in_flight.py, so the server splits a batch the device has
+    no memory for, as the index job does, instead of failing the requests in it."""
+    engine = OutOfMemoryAbove(minilm, max_tokens=128, at=at)
+    jobs_ids = [sequences(6, 30, seed=i) for i in range(4)]
+
+    async def main():
+        scheduler = Scheduler(engine, BatcherConfig(max_batch_tokens=1024, max_batch_seqs=32))
+        jobs = [scheduler.submit(ids) for ids in jobs_ids]
+        results = await asyncio.wait_for(asyncio.gather(*(job.future for job in jobs)), 60)
+        scheduler.close()
+        return results
+
+    results = run(main)
+    assert engine.num_failed >= 1
+    for ids, got in zip(jobs_ids, results):
+        assert cosine(got, embed_token_ids(minilm, ids)).min() >= 0.9999
