@@ -28,7 +28,8 @@ from embedpipe.pipeline.index.job import load_engine
 from embedpipe.pipeline.index.reader import read_and_tokenize
 from embedpipe.pipeline.index.runner import UnitRunner
 from embedpipe.pipeline.inputs.sources import WorkUnit
-from embedpipe.pipeline.text.tokenizer_pool import TokenizerPool, exit_when_parent_dies
+from embedpipe.pipeline.text.tokenizer_pool import TokenizerPool
+from embedpipe.pipeline.util.processes import exit_when_parent_dies
 
 PROGRESS_INTERVAL_S = 0.5
 

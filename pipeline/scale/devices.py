@@ -24,7 +24,7 @@ from embedpipe.pipeline.scale.device_worker import EnginePlan, engine_process
 from embedpipe.pipeline.errors import JobFault
 from embedpipe.pipeline.util.progress import Progress
 from embedpipe.pipeline.index.report import EngineReport
-from embedpipe.pipeline.text.tokenizer_pool import exit_description
+from embedpipe.pipeline.util.processes import exit_description
 
 if TYPE_CHECKING:
     from embedpipe.pipeline.index.plan import PreparedJob

@@ -43,7 +43,7 @@ from embedpipe.pipeline.config import ConfigError
 from embedpipe.pipeline.errors import JobFault, UserError
 from embedpipe.pipeline.serve.app import SWITCH_INTERVAL_S, DrainingUvicorn, EmbedServer, LocalBackend, ServeConfig, ServedModel, create_app
 from embedpipe.pipeline.serve.scheduler import Job, SchedulerClosed, settle, settle_in_loop
-from embedpipe.pipeline.text.tokenizer_pool import exit_description, exit_when_parent_dies
+from embedpipe.pipeline.util.processes import exit_description, exit_when_parent_dies
 
 FLUSH_S = 0.02  # how often an HTTP process sends its metric updates (one message, not three per request)
 

@@ -18,9 +18,9 @@ from collections import deque
 from multiprocessing.connection import Connection
 from typing import Any, Iterable, Iterator, Protocol
 
-from embedpipe.pipeline.text.tokenizer import TextTokenizer
-
 from embedpipe.pipeline.errors import JobFault
+from embedpipe.pipeline.text.tokenizer import TextTokenizer
+from embedpipe.pipeline.util.processes import exit_description, exit_when_parent_dies
 
 CREDIT = "credit"  # parent -> worker: one more reply may be sent
 
@@ -83,24 +83,7 @@ def _receive_tasks(connection: Connection, tasks: queue.SimpleQueue, credits: th
         os._exit(0)
 
 
-def exit_when_parent_dies() -> None:
-    """A parent killed without running close (SIGTERM, SIGKILL) must not leave workers behind."""
-    parent = multiprocessing.parent_process()
-    if parent is not None:
-        threading.Thread(target=_exit_on_sentinel, args=(parent.sentinel,), daemon=True).start()
-
-
-def _exit_on_sentinel(sentinel: int) -> None:
-    multiprocessing.connection.wait([sentinel])
-    os._exit(1)
-
-
 # ---- parent side ----
-
-def exit_description(exitcode: int) -> str:
-    """How a process ended: 'exit code 1', or 'exit code -9, SIGKILL' when a signal ended it."""
-    return f"exit code {exitcode}, {signal.Signals(-exitcode).name}" if exitcode < 0 else f"exit code {exitcode}"
-
 
 class _Worker:
     """A worker process, the parent's end of its socket, and its replies not yet handed out."""

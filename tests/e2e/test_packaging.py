@@ -2,6 +2,8 @@
 source tree, and its `embedpipe` command is the CLI's main()."""
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 import zipfile
@@ -23,5 +25,39 @@ def test_the_wheel_ships_every_package_and_module(tmp_path):
     expected = {f"{installed}/{path.relative_to(ROOT / folder)}" for folder, installed in SOURCE_FOLDERS.items()
                 for path in (ROOT / folder).rglob("*.py") if "__pycache__" not in path.parts}
     assert not expected - shipped, f"missing from the wheel: {sorted(expected - shipped)}"
+    stale = {name for name in shipped if name.endswith(".py")} - expected  # e.g. from an old build/ folder
+    assert not stale, f"the wheel ships modules the source no longer has: {sorted(stale)}"
     entry_points = next(name for name in shipped if name.endswith("entry_points.txt"))
     assert "embedpipe = embedpipe.cli.main:main" in wheel.read(entry_points).decode()
+
+
+INSTALLED_CHECK = """
+import importlib, json, sys
+names = json.loads(sys.argv[1])
+for name in names:
+    module = importlib.import_module(name)
+    assert module.__file__.startswith(sys.argv[2]), (name, module.__file__)
+print(len(names))
+"""
+
+
+@pytest.mark.slow
+def test_the_installed_wheel_imports_every_package_from_itself(tmp_path):
+    """`pip install` of the wheel (not -e): every package imports from the installed copy, and its
+    `embedpipe` command runs."""
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                    "-w", str(tmp_path / "wheel"), str(ROOT)], check=True, capture_output=True, timeout=600)
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site),
+                    str(next((tmp_path / "wheel").glob("embedpipe-*.whl")))], check=True, capture_output=True,
+                   timeout=600)
+    packages = sorted({".".join(["embedpipe", folder, *path.parent.relative_to(ROOT / folder).parts])
+                       for folder in SOURCE_FOLDERS for path in (ROOT / folder).rglob("__init__.py")})
+    env = {**os.environ, "PYTHONPATH": str(site)}  # ahead of the editable install's finder
+    checked = subprocess.run([sys.executable, "-c", INSTALLED_CHECK, json.dumps(packages), str(site)], env=env,
+                             capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert checked.returncode == 0, checked.stderr
+    assert int(checked.stdout) == len(packages) >= 15
+    command = subprocess.run([str(site / "bin" / "embedpipe"), "--help"], env=env, capture_output=True, text=True,
+                             timeout=120, cwd=tmp_path)
+    assert command.returncode == 0 and "index" in command.stdout, command.stderr
