@@ -6,7 +6,7 @@
                       one unit per call; the unit file and its manifest record as a local run writes them
       -> iter_rows    one report per unit back to the driver: progress, metrics, errors
 
-The driver prepares and finishes the job as every other path does (job.py), so the output layout,
+The driver prepares and finishes the job as every other path does (index/job.py), so the output layout,
 resume (only pending units enter the pipeline) and the index are the same. Every node must see the
 inputs, the model folder and OUTPUT at the same paths: a shared filesystem.
 """

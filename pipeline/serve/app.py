@@ -1,17 +1,17 @@
 """`embedpipe serve`: OpenAI-compatible embeddings and index search over HTTP (Starlette + uvicorn).
 
-Starlette, not FastAPI on top of it: the requests are parsed and checked here (serve_protocol),
+Starlette, not FastAPI on top of it: the requests are parsed and checked here (protocol.py),
 and FastAPI's layers (validation, dependency and telemetry middleware) cost a fifth of the
 requests/s at 16 clients (benchmarks/serve_request_path.py, null engine, 2-core VM: 1,533 /
 1,788 with FastAPI, 1,910 / 2,249 with Starlette, alternating runs).
 
 Threads: the event loop parses requests and writes JSON; a small thread pool tokenises (the
 Rust tokenizer releases the GIL, so threads run in parallel without a process pool's pickling
-and IPC on every request) and runs FAISS searches; one engine thread (serve_scheduler) owns the
+and IPC on every request) and runs FAISS searches; one engine thread (scheduler.py) owns the
 Engine. The loop never waits on the device: it awaits futures the engine thread completes.
 
 The app talks to the engine through a backend: LocalBackend (the engine in this process) or,
-with --http-workers N > 1, serve_fronts.RemoteBackend in each of N HTTP processes in front of
+with --http-workers N > 1, fronts.RemoteBackend in each of N HTTP processes in front of
 the one engine process.
 """
 from __future__ import annotations

@@ -4,7 +4,7 @@ One Python process that parses JSON, tokenises and writes responses is bound by 
 H200 it answered at most ~1,200 requests/s of 512 tokens while the device was mostly idle
 (benchmarks/serve_request_path.py measures the request path alone). With N > 1 this process
 keeps the engine, its scheduler, the index and the metrics, and spawns N HTTP processes: each
-runs the same app (serve.py) with its own event loop and tokenizer threads, and sends token ids
+runs the same app (app.py) with its own event loop and tokenizer threads, and sends token ids
 here over a connection of its own. Each HTTP process listens on a socket of its own bound to the
 same port (SO_REUSEPORT): the kernel spreads connections over them (with one shared socket, the
 first process to accept took every keep-alive connection). A bridge thread per HTTP process

@@ -67,7 +67,7 @@ class Metrics:
         self.request_seconds.labels(endpoint).observe(seconds)
 
     def update(self, active_change: int, inputs: int, tokens: int, answered: list[tuple[str, int, float]]) -> None:
-        """An HTTP process's updates since its last (serve_fronts.RemoteMetrics.take)."""
+        """An HTTP process's updates since its last (fronts.RemoteMetrics.take)."""
         self.admitted(active_change)
         self.counted(inputs, tokens)
         for endpoint, status, seconds in answered:

@@ -1,4 +1,4 @@
-"""The link between an HTTP process and the engine process (serve_fronts), in one process over a real socket pair."""
+"""The link between an HTTP process and the engine process (serve/fronts.py), in one process over a real socket pair."""
 import asyncio
 import multiprocessing
 import time
