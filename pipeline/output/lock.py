@@ -37,7 +37,7 @@ def output_lock(output: Path, exclusive: bool = True, shard: tuple[int, int] | N
 def _take(path: Path, exclusive: bool) -> int:
     """An open descriptor of `path` holding its flock; the lock ends when it is closed."""
     access = os.O_RDWR if exclusive else os.O_RDONLY  # a shared holder reads it only: a read-only OUTPUT is fine
-    fd = os.open(path, access | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fd = os.open(path, access | os.O_CREAT | os.O_CLOEXEC, 0o666)  # less the umask, as open() does
     try:
         fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import tempfile
+import threading
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -24,11 +26,28 @@ def embedding_type(dtype_name: str) -> pa.DataType:
 
 
 def temporary_path(final: Path) -> Path:
-    """A fresh hidden file next to `final` (same filesystem, so os.replace is atomic)."""
+    """A fresh hidden file next to `final` (same filesystem, so os.replace is atomic), with the mode a
+    plain open() would give `final` under the umask: mkstemp makes it 0600, so a renamed index was
+    unreadable to every other user (pyarrow, FAISS and pandas honour the umask)."""
     final.parent.mkdir(parents=True, exist_ok=True)
     handle, name = tempfile.mkstemp(prefix=f".{final.name}.tmp-{os.getpid()}-", dir=final.parent)
-    os.close(handle)
+    try:
+        os.fchmod(handle, file_mode())
+    finally:
+        os.close(handle)
     return Path(name)
+
+
+_umask_lock = threading.Lock()
+
+
+@functools.cache
+def file_mode() -> int:
+    """0o666 less the process's umask (read once: os.umask can only be read by setting it)."""
+    with _umask_lock:
+        umask = os.umask(0o022)
+        os.umask(umask)
+    return 0o666 & ~umask
 
 
 @contextlib.contextmanager
