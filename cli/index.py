@@ -57,7 +57,7 @@ ON_BAD_ROW = typer.Option(
     help="A null, empty or whitespace text: skip (record it in rejected.parquet) or fail.")
 SKIP_BAD_FILES = typer.Option(
     False, "--skip-bad-files", help="Record unreadable files in metrics.json and go on (exit code 3).")
-OVERWRITE = typer.Option(False, "--overwrite", help="Discard OUTPUT's results when its settings differ.")
+OVERWRITE = typer.Option(False, "--overwrite", help="Discard everything OUTPUT holds and start afresh (a whole job, not shards).")
 QUIET = typer.Option(False, "--quiet", "-q", help="No progress output.")
 
 

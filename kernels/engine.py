@@ -51,10 +51,28 @@ class EngineConfig:
         if self.attention not in ATTENTION_BACKENDS:
             raise ValueError(f"attention must be one of {', '.join(ATTENTION_BACKENDS)}, not {self.attention!r}")
 
+    @property
+    def device_type(self) -> str:
+        """"cpu" or "cuda" as configured, whether or not this machine has the device (a config is checked
+        where it is written; its engine, where it runs); raises RuntimeError for a malformed device."""
+        if self.device == "auto":
+            return "cuda" if torch.cuda.is_available() else "cpu"
+        return torch.device(self.device).type
+
     def torch_device(self) -> torch.device:
+        """Raises ValueError for a CUDA device this machine does not have (before any model is loaded)."""
         if self.device == "auto":
             return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        return torch.device(self.device)
+        device = torch.device(self.device)
+        if device.type == "cuda":
+            count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+            if count == 0:
+                raise ValueError(f"device {self.device!r}: this machine has no CUDA GPU that torch can use "
+                                 "(use --device cpu or auto)")
+            if device.index is not None and device.index >= count:
+                raise ValueError(f"device {self.device!r}: this machine has {count} CUDA GPU(s), cuda:0 to "
+                                 f"cuda:{count - 1}")
+        return device
 
     def torch_dtype(self, device: torch.device) -> torch.dtype:
         if self.dtype is not None:

@@ -134,6 +134,11 @@ class JobConfig:
     def sharded(self) -> bool:
         return self.num_shards > 1
 
+    @property
+    def shard(self) -> tuple[int, int] | None:
+        """(index, count) of a sharded job (output_lock's shard), None for a whole job."""
+        return (self.shard_index, self.num_shards) if self.sharded else None
+
 
 def read_config_file(path: str | Path) -> dict[str, Any]:
     """Option values from a TOML file: a flat table, keys spelled like the options (dashes or underscores)."""
@@ -191,6 +196,9 @@ def job_config(options: IndexOptions) -> JobConfig:
         raise ConfigError("no output folder: pass --output (or `output` in the config file)")
     if (o.shard_index is None) != (o.num_shards is None):
         raise ConfigError("--shard-index and --num-shards go together")
+    if o.overwrite and (o.num_shards or 1) > 1:  # each shard would discard the others' results
+        raise ConfigError("--overwrite discards everything in OUTPUT, the other shards' results too; clear "
+                          "OUTPUT (or pick a new one) before starting the shards, without --overwrite")
     devices = _device_spec(o)
     on_cpu = devices.kind == "cpu" if devices else _device_type(o.device) == "cpu"
     max_batch_tokens = o.max_batch_tokens or (CPU_BATCH_TOKENS if on_cpu else BatcherConfig().max_batch_tokens)
@@ -226,6 +234,6 @@ def _device_type(device: str) -> str:
     from embedpipe.kernels.engine import EngineConfig
 
     try:
-        return EngineConfig(device=device).torch_device().type
+        return EngineConfig(device=device).device_type
     except RuntimeError as error:
         raise ConfigError(f"device must be auto, cpu, cuda or cuda:N, not {device!r}") from error

@@ -3,10 +3,12 @@ embed the pending units (one engine here, one process per device, or a Ray clust
 (rejected.parquet, the FAISS index when the whole job is done, metrics.json)."""
 from __future__ import annotations
 
+import contextlib
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, ContextManager, Protocol
+from typing import Callable, ContextManager, Iterator, Protocol
 
 from embedpipe.kernels.engine import Engine, EngineConfig
 from embedpipe.pipeline.config import ConfigError, JobConfig
@@ -16,7 +18,7 @@ from embedpipe.pipeline.index.report import EngineReport, process_age_s, run_met
 from embedpipe.pipeline.index.runner import UnitRunner
 from embedpipe.pipeline.inputs.sources import WorkUnit
 from embedpipe.pipeline.output.job_files import index_outputs, write_metrics, write_rejected_table
-from embedpipe.pipeline.output.lock import output_lock
+from embedpipe.pipeline.output.lock import LOCK_FILE, output_lock
 from embedpipe.pipeline.output.manifest import completed_units
 from embedpipe.pipeline.text.tokenizer import TextTokenizer
 from embedpipe.pipeline.text.tokenizer_pool import TokenizerPool
@@ -50,8 +52,7 @@ def run_job(job: JobConfig, open_embedder: OpenEmbedder | None = None) -> JobRes
     with open_embedder(job, tokenizer) as embedder:  # loads the engine, checks the devices or joins Ray: before any output
         startup["engine_s"] = time.perf_counter() - entered
         startup["warm_up_s"] = getattr(embedder, "warm_up_s", None)
-        job.output.mkdir(parents=True, exist_ok=True)
-        with output_lock(job.output, shard=(job.shard_index, job.num_shards) if job.sharded else None):
+        with new_output(job.output), output_lock(job.output, shard=job.shard):
             preparing = time.perf_counter()
             prepared = prepare_job(job, spec, tokenizer)
             with Progress(expected_rows(prepared.pending), job.quiet) as progress:
@@ -60,6 +61,20 @@ def run_job(job: JobConfig, open_embedder: OpenEmbedder | None = None) -> JobRes
                 reports = embedder.embed(prepared, progress)
                 return finish_job(prepared, reports, progress, progress.start - entered,
                                   getattr(embedder, "in_memory", None), startup)
+
+
+@contextlib.contextmanager
+def new_output(output: Path) -> Iterator[None]:
+    """Creates OUTPUT when missing; when a check fails before anything is written (the job raises with
+    OUTPUT holding only its lock files), a folder made here is removed again, so nothing is left."""
+    created = not output.exists()
+    output.mkdir(parents=True, exist_ok=True)
+    try:
+        yield
+    except BaseException:
+        if created and all(path.name.startswith(LOCK_FILE) for path in output.iterdir()):
+            shutil.rmtree(output, ignore_errors=True)
+        raise
 
 
 class LocalEngine:

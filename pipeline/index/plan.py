@@ -4,6 +4,7 @@ ones skipped."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -12,10 +13,11 @@ from embedpipe.kernels.engine import ModelSpec, model_spec
 from embedpipe.kernels.models.model_folder import builtin_models
 from embedpipe.pipeline.config import ConfigError, JobConfig
 from embedpipe.pipeline.inputs.column_types import ColumnTypes
-from embedpipe.pipeline.inputs.sources import ColumnSpec, InputError, WorkUnit, list_units, unit_rows, unit_schema
+from embedpipe.pipeline.inputs.sources import (ColumnSpec, UnreadableInputError, WorkUnit, list_units, unit_rows,
+                                              unit_schema)
 from embedpipe.pipeline.output.job_files import check_index_factory, write_unit_list
 from embedpipe.pipeline.output.layout import EMBEDDINGS_FOLDER, TEMPORARY_FOLDERS
-from embedpipe.pipeline.output.manifest import check_or_write_settings, completed_columns, completed_units
+from embedpipe.pipeline.output.manifest import check_settings, completed_columns, completed_units, store_settings
 from embedpipe.pipeline.text.tokenizer import TextTokenizer, make_tokenizer
 
 
@@ -46,20 +48,28 @@ def job_tokenizer(job: JobConfig) -> tuple[ModelSpec, TextTokenizer]:
 def prepare_job(job: JobConfig, spec: ModelSpec, tokenizer: TextTokenizer) -> PreparedJob:
     """Checks the settings against OUTPUT (or stores them), lists the units and finds this run's pending ones."""
     settings = job_settings(job, spec, tokenizer)
-    check_index_factory(job.index_factory, spec.output.width, spec.output.dtype == "binary")
-    return PreparedJob(job, spec, tokenizer, settings, *plan_units(job, settings))
+
+    def check_index(units: list[WorkUnit]) -> None:
+        check_index_factory(job.index_factory, spec.output.width, spec.output.dtype == "binary", expected_rows(units))
+
+    return PreparedJob(job, spec, tokenizer, settings, *plan_units(job, settings, check=check_index))
 
 
-def plan_units(job: JobConfig, settings: dict, folder: str = EMBEDDINGS_FOLDER) -> tuple:
-    """(units, mine, pending, done_before, bad_listing) of a job writing one file per unit into OUTPUT/folder,
-    once OUTPUT's stored settings are checked (or written)."""
-    job.output.mkdir(parents=True, exist_ok=True)
-    check_or_write_settings(job.output, settings, job.overwrite)
-    if not job.sharded:
-        remove_temporaries(job.output)  # left by a killed run; nobody else writes here
+def plan_units(job: JobConfig, settings: dict, folder: str = EMBEDDINGS_FOLDER,
+               check: Callable[[list[WorkUnit]], None] = lambda units: None) -> tuple:
+    """(units, mine, pending, done_before, bad_listing) of a job writing one file per unit into OUTPUT/folder.
+
+    Everything is checked before OUTPUT is written: the stored settings, the inputs' columns and their
+    types, and check(units) (the index factory against the row count); a job that fails a check leaves
+    OUTPUT as it was, so the corrected command is not refused for "other settings"."""
     bad_listing: list[tuple[str, str]] = []
     units = list_units(list(job.inputs), job.rows_per_unit, bad_listing if job.skip_bad_files else None)
-    check_job_types(job.output, units, job.columns, folder)
+    afresh = check_settings(job.output, settings, job.overwrite)
+    check_job_types(None if afresh else job.output, units, job.columns, folder)
+    check(units)
+    store_settings(job.output, settings, afresh)
+    if not job.sharded:
+        remove_temporaries(job.output)  # left by a killed run; nobody else writes here
     write_unit_list(job.output, units)
     mine = units[job.shard_index::job.num_shards]
     done_before = completed_units(job.output, folder)
@@ -81,7 +91,7 @@ def job_settings(job: JobConfig, spec: ModelSpec, tokenizer: TextTokenizer) -> d
     return settings
 
 
-def check_job_types(output: Path, units: list[WorkUnit], columns: ColumnSpec,
+def check_job_types(output: Path | None, units: list[WorkUnit], columns: ColumnSpec,
                     folder: str = EMBEDDINGS_FOLDER) -> None:
     """Before anything is embedded: the id and kept columns of the job's Parquet and dataset units keep
     one kind of type across its files (in unit order, after the output's completed units), as
@@ -89,11 +99,11 @@ def check_job_types(output: Path, units: list[WorkUnit], columns: ColumnSpec,
     for every shard of a job alike, so a --devices or Ray job fails at its start instead of at the
     index build. JSONL and CSV files are checked as they are read; a file that cannot be read is left
     to the reader, which reports (or skips) it."""
-    types = ColumnTypes(completed_columns(output, folder))
+    types = ColumnTypes(completed_columns(output, folder) if output is not None else None)
     for unit in units:
-        try:
+        try:  # a missing or mistyped column raises here; an unreadable file is the reader's (or skipped)
             schema, rows = unit_schema(unit, columns), unit_rows(unit)
-        except InputError:
+        except UnreadableInputError:
             continue
         if schema is not None:
             types.check(schema, rows[1] - rows[0], unit.path)

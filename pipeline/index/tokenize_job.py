@@ -13,7 +13,7 @@ import os
 from typing import Callable
 
 from embedpipe.pipeline.config import JobConfig
-from embedpipe.pipeline.index.job import JobResult, check_all_ended, missing_units
+from embedpipe.pipeline.index.job import JobResult, check_all_ended, missing_units, new_output
 from embedpipe.pipeline.index.plan import job_tokenizer, plan_units
 from embedpipe.pipeline.output.lock import output_lock
 from embedpipe.pipeline.output.manifest import completed_units
@@ -44,8 +44,7 @@ def run_tokenize(job: JobConfig, tokenize_units: TokenizeUnits | None = None) ->
     (api.run_tokenize gives Ray's tasks for --ray)."""
     tokenize_units = tokenize_units or tokenize_locally
     _, tokenizer = job_tokenizer(job)
-    job.output.mkdir(parents=True, exist_ok=True)
-    with output_lock(job.output, shard=(job.shard_index, job.num_shards) if job.sharded else None):
+    with new_output(job.output), output_lock(job.output, shard=job.shard):
         settings = tokenize_settings(job, tokenizer)
         units, mine, pending, done_before, bad_listing = plan_units(job, settings, TOKENS_FOLDER)
         with Progress(None, job.quiet) as progress:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from embedpipe.kernels.output_dtypes import output_dtype
@@ -72,12 +73,18 @@ def index_outputs(output_dirs: list[Path], index_dir: Path, factory: str, settin
                               f"`embedpipe merge {' '.join(map(str, output_dirs))} --index-factory ...`") from error
 
 
-def check_index_factory(factory: str, width: int, binary: bool) -> None:
-    """Fails at once, before hours of embedding, on a factory string FAISS rejects."""
+def check_index_factory(factory: str, width: int, binary: bool, num_rows: int | None = None) -> None:
+    """Fails at once, before hours of embedding, on a factory string FAISS rejects, or (num_rows known: the
+    job's Parquet and dataset inputs) on an IVF index with more clusters than rows to train them."""
     try:
         new_index(factory, width, binary)
     except ValueError as error:
         raise IndexBuildError(str(error)) from error
+    clusters = re.search(r"IVF(\d+)", factory)
+    if clusters and num_rows is not None and num_rows < int(clusters.group(1)):
+        raise IndexBuildError(f"--index-factory {factory} trains {int(clusters.group(1)):,} clusters, but the inputs "
+                              f"have {num_rows:,} rows; FAISS needs at least one per cluster (about 39 per cluster "
+                              f"train well): use fewer clusters, or Flat")
 
 
 def merge_outputs(output_dirs: list[Path], index_dir: Path, factory: str, allow_incomplete: bool = False) -> dict:

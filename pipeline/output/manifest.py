@@ -58,24 +58,31 @@ def completed_units(output_dir: str | Path, folder: str = EMBEDDINGS_FOLDER) -> 
 
 
 def check_or_write_settings(output_dir: str | Path, settings: dict, overwrite: bool = False) -> bool:
-    """Guards an output folder against mixing jobs with different settings.
+    """check_settings, then store_settings; returns whether earlier results were cleared."""
+    clear = check_settings(output_dir, settings, overwrite)
+    store_settings(output_dir, settings, clear)
+    return clear
 
-    Writes OUTPUT/job.json on the first run. With different stored settings, raises
-    SettingsMismatch, or with `overwrite` clears the outputs and stores the new settings
-    (returns True then). Identical settings leave everything in place (a resume).
-    """
-    output_dir = Path(output_dir)
-    settings_path = output_dir / SETTINGS_FILE
+
+def check_settings(output_dir: str | Path, settings: dict, overwrite: bool = False) -> bool:
+    """Guards an output folder against mixing jobs with different settings, writing nothing: raises
+    SettingsMismatch when OUTPUT/job.json holds other settings, unless `overwrite`. Returns whether the
+    job starts afresh over earlier results (`overwrite` always discards them, whatever the settings);
+    identical settings without it keep everything in place (a resume)."""
+    settings_path = Path(output_dir) / SETTINGS_FILE
     new = json.loads(json.dumps(settings))  # compare as stored: tuples become lists, etc.
     old = json.loads(settings_path.read_text()) if settings_path.exists() else None
-    if old == new:
-        return False
-    if old is not None and not overwrite:
+    if old is not None and old != new and not overwrite:
         raise SettingsMismatch(_mismatch_message(settings_path, old, new))
-    if old is not None:
+    return overwrite and old is not None
+
+
+def store_settings(output_dir: str | Path, settings: dict, clear: bool) -> None:
+    """Writes OUTPUT/job.json, after clearing the earlier results when `clear` (check_settings said so)."""
+    output_dir = Path(output_dir)
+    if clear:
         clear_outputs(output_dir)
-    write_json_atomic(settings_path, new)
-    return old is not None
+    write_json_atomic(output_dir / SETTINGS_FILE, json.loads(json.dumps(settings)))
 
 
 def clear_outputs(output_dir: Path) -> None:

@@ -7,6 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from support.corpus import read_embeddings, variant_texts, vectors_of, write_corpus
@@ -82,19 +83,41 @@ def test_bad_row_with_fail_names_it_and_keeps_finished_units(tmp_path, good_file
     assert not (tmp_path / "out" / "index.faiss").exists()
 
 
-@pytest.mark.parametrize("columns, options, expected", [
-    ({"body": ["x"], "id": [1]}, [], ["b.parquet", "text column 'text' not found", "body, id"]),
-    ({"text": ["x"], "id": [1]}, ["--id-column", "doc"], ["b.parquet", "id column 'doc' not found", "text, id"]),
-    ({"text": [7], "id": [1]}, [], ["b.parquet", "text column 'text' has type int64, not a string"]),
-])
-def test_column_errors_name_the_file_and_keep_finished_units(tmp_path, good_file, columns, options, expected):
+COLUMN_ERRORS = [
+    ({"body": ["x"], "id": [1]}, [], ["b.{ext}", "text column 'text' not found", "body, id"]),
+    ({"text": ["x"], "id": [1]}, ["--id-column", "doc"], ["b.{ext}", "id column 'doc' not found", "text, id"]),
+    ({"text": [7], "id": [1]}, [], ["b.{ext}", "text column 'text' has type int64, not a string"]),
+]
+
+
+@pytest.mark.parametrize("columns, options, expected", COLUMN_ERRORS)
+def test_column_errors_of_parquet_inputs_fail_before_anything_is_written(tmp_path, good_file, columns, options,
+                                                                         expected):
+    """Parquet footers give every column up front: the job stops before embedding, and leaves no OUTPUT (a
+    job.json left behind made the corrected command fail for "other settings")."""
     if options:  # the good file needs the id column too
         write_table(good_file, doc=list(range(20)), text=variant_texts(20))
     write_table(tmp_path / "in" / "b.parquet", **columns)
     result = index(tmp_path / "in", "--output", tmp_path / "out", *options)
     assert result.exit_code == 2, result.output
     for part in expected:
-        assert part in result.stderr
+        assert part.format(ext="parquet") in result.stderr
+    assert not (tmp_path / "out").exists()
+    (tmp_path / "in" / "b.parquet").unlink()
+    assert index(tmp_path / "in", "--output", tmp_path / "out", *options).exit_code == 0
+    assert_kept(tmp_path / "out")
+
+
+@pytest.mark.parametrize("columns, options, expected", COLUMN_ERRORS)
+def test_column_errors_found_while_reading_keep_the_finished_units(tmp_path, good_file, columns, options, expected):
+    """A JSONL file's columns are known once it is read: the units before it stay done."""
+    if options:
+        write_table(good_file, doc=list(range(20)), text=variant_texts(20))
+    (tmp_path / "in" / "b.jsonl").write_text(json.dumps({k: v[0] for k, v in columns.items()}) + "\n")
+    result = index(tmp_path / "in", "--output", tmp_path / "out", *options)
+    assert result.exit_code == 2, result.output
+    for part in expected[:2]:  # a JSONL file lists the columns of its rows in another order
+        assert part.format(ext="jsonl") in result.stderr
     assert_kept(tmp_path / "out")
 
 
@@ -229,3 +252,32 @@ def test_a_flat_index_is_built_from_the_vectors_the_job_kept_within_its_budget(t
     assert invoke("merge", tmp_path / "out", "--into", tmp_path / "merged").exit_code == 0
     ours, theirs = (SearchIndex.load(tmp_path / name).index for name in ("out", "merged"))
     assert np.array_equal(ours.reconstruct_n(0, 300), theirs.reconstruct_n(0, 300))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a machine without a CUDA GPU")
+def test_device_cuda_without_a_gpu_is_a_one_line_usage_error_and_writes_nothing(tmp_path, good_file):
+    result = invoke("index", tmp_path / "in", "--output", tmp_path / "out", "--device", "cuda", "--workers", "0")
+    assert result.exit_code == 2, result.output
+    assert "no CUDA GPU" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in result.output and not (tmp_path / "out").exists()
+
+
+def test_an_ivf_index_with_more_clusters_than_rows_fails_before_embedding(tmp_path, good_file):
+    result = index(tmp_path / "in", "--output", tmp_path / "out", "--index-factory", "IVF64,Flat")
+    assert result.exit_code == 2, result.output
+    assert "trains 64 clusters, but the inputs have 20 rows" in result.stderr
+    assert not (tmp_path / "out").exists()
+    assert index(tmp_path / "in", "--output", tmp_path / "out", "--index-factory", "IVF4,Flat").exit_code == 0
+
+
+def test_overwrite_starts_afresh_with_the_same_settings_and_is_refused_for_shards(tmp_path, good_file):
+    assert index(tmp_path / "in", "--output", tmp_path / "out").exit_code == 0
+    (tmp_path / "out" / "embeddings" / "stray.parquet").write_bytes(b"left by hand")
+    result = invoke("index", tmp_path / "in", "--output", tmp_path / "out", "--overwrite", "--device", "cpu",
+                    "--workers", "0")
+    assert result.exit_code == 0, result.output
+    assert "0 already done" in result.stderr and not (tmp_path / "out" / "embeddings" / "stray.parquet").exists()
+    assert_kept(tmp_path / "out")
+    sharded = index(tmp_path / "in", "--output", tmp_path / "out", "--overwrite", "--shard-index", "0",
+                    "--num-shards", "2")
+    assert sharded.exit_code == 2 and "the other shards' results too" in sharded.stderr

@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from embedpipe.pipeline.output.manifest import (SettingsMismatch, check_or_write_settings, completed_units,
+from embedpipe.pipeline.output.manifest import (SettingsMismatch, check_or_write_settings, check_settings, completed_units,
                                          mark_done)
 from embedpipe.pipeline.output.sinks import UnitWriter
 from embedpipe.pipeline.inputs.sources import WorkUnit
@@ -42,8 +42,21 @@ def test_first_run_writes_settings_and_same_settings_resume(tmp_path):
     assert check_or_write_settings(tmp_path, settings, overwrite=False) is False
     assert json.loads((tmp_path / "job.json").read_text()) == settings
     finish_unit(tmp_path, "u")
-    assert check_or_write_settings(tmp_path, dict(settings), overwrite=True) is False
+    assert check_or_write_settings(tmp_path, dict(settings), overwrite=False) is False
     assert list(completed_units(tmp_path)) == ["u"]
+
+
+def test_overwrite_starts_afresh_even_with_the_same_settings(tmp_path):
+    """--overwrite discards every earlier result: with unchanged settings it kept them, and verify then
+    failed on the stale ones."""
+    settings = {"model": "m1", "dim": 384}
+    check_or_write_settings(tmp_path, settings)
+    finish_unit(tmp_path, "u")
+    assert check_settings(tmp_path, settings, overwrite=True) is True
+    assert list(completed_units(tmp_path)) == ["u"]  # check_settings writes nothing
+    assert check_or_write_settings(tmp_path, dict(settings), overwrite=True) is True
+    assert completed_units(tmp_path) == {}
+    assert json.loads((tmp_path / "job.json").read_text()) == settings
 
 
 def test_mismatch_lists_each_differing_key(tmp_path):
