@@ -41,7 +41,7 @@ CONFIG = typer.Option(
 TEXT_COLUMN = typer.Option(DEFAULTS.text_column, "--text-column", help="Column of the texts.")
 ID_COLUMN = typer.Option(None, "--id-column", help="Column of the ids (default: id when present, else FILE:ROW).")
 KEEP_COLUMNS = typer.Option(
-    None, "--keep-columns", help="Columns stored next to each row's result (comma-separated, or repeat the option).")
+    None, "--keep-columns", help="Columns stored next to each row's result, the text column too (comma-separated, or repeat the option).")
 ROWS_PER_UNIT = typer.Option(
     DEFAULTS.rows_per_unit, "--rows-per-unit", help="Rows per unit of work (whole Parquet row groups).")
 READ_ROWS = typer.Option(DEFAULTS.read_rows, "--read-rows", help="Rows per read batch and tokenizer task.")

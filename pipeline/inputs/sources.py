@@ -56,6 +56,8 @@ class ColumnSpec:
     """Input columns: the text (or token ids), the id (None: column `id` if present, else derived), kept extras.
 
     token_ids names a list<integer> column of token ids to embed instead of the text (pre-tokenised input).
+    keep may name the text column: the passage is then stored beside its vector (as read, before the
+    prompt and truncation), for query, /v1/search and any vector database loaded from the output.
     """
 
     text: str = "text"
@@ -64,9 +66,10 @@ class ColumnSpec:
     token_ids: str | None = None
 
     def __post_init__(self):
-        names = [self.source, self.id or "id", *self.keep]
-        if not self.text or len(set(names)) != len(names):
-            raise ValueError(f"text (or token ids), id and kept columns must be distinct and non-empty: {names}")
+        names = [self.source, self.id or "id", *(name for name in self.keep if name != self.source or self.token_ids)]
+        if not self.text or len(set(names)) != len(names) or len(set(self.keep)) != len(self.keep):
+            raise ValueError(f"text (or token ids), id and kept columns must be distinct and non-empty: "
+                             f"{[self.source, self.id or 'id', *self.keep]} (the text column may be kept)")
 
     @property
     def source(self) -> str:
@@ -409,8 +412,10 @@ def _shape_batch(batch: pa.RecordBatch, columns: ColumnSpec, id_column: str | No
             null_row = first_row + pc.index(ids.is_null(), True).as_py()
             raise InputError(f"{unit.path}: id column {id_name!r} is null at row {null_row}")
     source = batch.column(columns.source)
-    arrays = [_without_view(ids), source if columns.token_ids else _as_text(source),
-              *(_without_view(batch.column(n)) for n in columns.keep)]
+    if not columns.token_ids:
+        source = _as_text(source)  # a kept text column is stored as this string column too
+    arrays = [_without_view(ids), source,
+              *(source if n == columns.source else _without_view(batch.column(n)) for n in columns.keep)]
     return pa.RecordBatch.from_arrays(arrays, names=[id_name, columns.source, *columns.keep])
 
 

@@ -281,3 +281,19 @@ def test_overwrite_starts_afresh_with_the_same_settings_and_is_refused_for_shard
     sharded = index(tmp_path / "in", "--output", tmp_path / "out", "--overwrite", "--shard-index", "0",
                     "--num-shards", "2")
     assert sharded.exit_code == 2 and "the other shards' results too" in sharded.stderr
+
+
+def test_the_text_column_can_be_kept_and_comes_back_with_each_hit(tmp_path):
+    """--keep-columns text: the passage beside its vector, in the unit files, index_ids.parquet and query's hits."""
+    texts = variant_texts(60)
+    write_table(tmp_path / "in" / "a.parquet", id=list(range(60)), text=texts, title=[f"t{i}" for i in range(60)])
+    result = index(tmp_path / "in", "--output", tmp_path / "out", "--keep-columns", "text,title")
+    assert result.exit_code == 0, result.output
+    table = read_embeddings(tmp_path / "out").sort_by("id")
+    assert table.column_names == ["id", "embedding", "text", "title"]
+    assert table.column("text").to_pylist() == texts
+    ids_table = pq.read_table(tmp_path / "out" / "index_ids.parquet").sort_by("id")
+    assert ids_table.column("text").to_pylist() == texts
+    hits = json.loads(invoke("query", texts[17], "--index", tmp_path / "out", "-k", "2", "--json",
+                             "--device", "cpu").stdout)
+    assert hits[0]["id"] == 17 and hits[0]["text"] == texts[17] and hits[0]["title"] == "t17"
