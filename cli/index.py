@@ -75,8 +75,9 @@ def index(
         help="Embed this list<int> column of token ids instead of the texts (e.g. `token_ids` in the files of "
              "`embedpipe tokenize`); ids are checked against the model's vocabulary, cut to its max length."),
     id_column: Optional[str] = ID_COLUMN, keep_columns: Optional[list[str]] = KEEP_COLUMNS,
-    index_factory: str = typer.Option(
-        DEFAULTS.index_factory, "--index-factory", help="FAISS index: Flat, HNSW32, IVF4096,PQ64, ..."),
+    index_factory: Optional[str] = typer.Option(
+        DEFAULTS.index_factory, "--index-factory",
+        help="FAISS index: Flat, HNSW32, IVF4096,PQ64, ... (default: Flat; SQ8 for --dtype int8)."),
     rows_per_unit: int = ROWS_PER_UNIT, read_rows: int = READ_ROWS,
     max_batch_tokens: Optional[int] = typer.Option(
         None, "--max-batch-tokens", help="Padded tokens per engine batch (default: 16384 on a GPU, 4096 on the CPU)."),
@@ -105,7 +106,8 @@ def index(
 def merge(
     outputs: list[Path] = typer.Argument(..., help="Output folders of one job, e.g. its shards."),
     into: Optional[Path] = typer.Option(None, "--into", help="Folder for the index (default: the first OUTPUT)."),
-    index_factory: str = typer.Option(DEFAULTS.index_factory, "--index-factory", help="FAISS index factory."),
+    index_factory: Optional[str] = typer.Option(
+        None, "--index-factory", help="FAISS index factory (default: the job's: Flat; SQ8 for --dtype int8)."),
     allow_incomplete: bool = typer.Option(
         False, "--allow-incomplete", help="Index what is done even when some units of the job are not."),
 ):

@@ -17,6 +17,9 @@ class OutputDtype:
     name: str
     numpy: type  # one stored component; torch's dtype of the same name on the device
     packed_bits: bool = False  # binary: the sign of each dimension, 8 dimensions a byte (first in the top bit)
+    # the FAISS index a job builds unless --index-factory says otherwise: int8's vectors are 1 byte a
+    # dimension on disk, and SQ8 keeps them so in memory (Flat would hold 4); binary's Flat is FAISS's BFlat
+    default_index_factory: str = "Flat"
 
     @property
     def is_float(self) -> bool:
@@ -38,7 +41,7 @@ class OutputDtype:
 OUTPUT_DTYPES: dict[str, OutputDtype] = {d.name: d for d in (
     OutputDtype("float32", np.float32),
     OutputDtype("float16", np.float16),
-    OutputDtype("int8", np.int8),  # round(tanh(x) * 127)
+    OutputDtype("int8", np.int8, default_index_factory="SQ8"),  # round(tanh(x) * 127)
     OutputDtype("binary", np.uint8, packed_bits=True),
 )}
 

@@ -74,7 +74,7 @@ class IndexOptions:
     token_ids_column: str | None = None  # embed these token ids (pre-tokenised input) instead of the text
     id_column: str | None = None  # None: `id` when the input has it, else FILE:ROW
     keep_columns: tuple[str, ...] = ()  # names, or comma-separated lists of names
-    index_factory: str = "Flat"
+    index_factory: str | None = None  # None: the dtype's (Flat; SQ8 for int8: output_dtypes.py)
     rows_per_unit: int = 65536
     read_rows: int = 1024
     max_batch_tokens: int | None = None  # None: 16384 on a GPU, CPU_BATCH_TOKENS on the CPU
@@ -188,6 +188,7 @@ def job_config(options: IndexOptions) -> JobConfig:
     """Builds and validates the job's configs; raises ConfigError / ValueError with the reason."""
     from embedpipe.kernels.engine import EngineConfig
     from embedpipe.kernels.graph_cache import GraphConfig
+    from embedpipe.kernels.output_dtypes import output_dtype
     from embedpipe.pipeline.batching.batcher import BatcherConfig
     from embedpipe.pipeline.inputs.sources import ColumnSpec
 
@@ -211,7 +212,8 @@ def job_config(options: IndexOptions) -> JobConfig:
         columns=ColumnSpec(o.text_column, o.id_column, split_names(o.keep_columns), o.token_ids_column),
         engine=engine, batching=BatcherConfig(max_batch_tokens, o.max_batch_seqs),
         num_workers=CPU_WORKERS if o.workers is None and on_cpu else o.workers,
-        rows_per_unit=o.rows_per_unit, read_rows=o.read_rows, index_factory=o.index_factory,
+        rows_per_unit=o.rows_per_unit, read_rows=o.read_rows,
+        index_factory=o.index_factory or output_dtype(o.dtype).default_index_factory,
         shard_index=o.shard_index or 0, num_shards=o.num_shards or 1, on_bad_row=o.on_bad_row,
         skip_bad_files=o.skip_bad_files, overwrite=o.overwrite, quiet=o.quiet, prompt=o.prompt,
         prompt_name=o.prompt_name, devices=devices, ray_address=o.ray)

@@ -87,9 +87,12 @@ def check_index_factory(factory: str, width: int, binary: bool, num_rows: int | 
                               f"train well): use fewer clusters, or Flat")
 
 
-def merge_outputs(output_dirs: list[Path], index_dir: Path, factory: str, allow_incomplete: bool = False) -> dict:
-    """Indexes several (shard) outputs of one job together; they must share settings and cover the job."""
+def merge_outputs(output_dirs: list[Path], index_dir: Path, factory: str | None = None,
+                  allow_incomplete: bool = False) -> dict:
+    """Indexes several (shard) outputs of one job together; they must share settings and cover the job.
+    factory None: the job's dtype's (output_dtypes.default_index_factory)."""
     settings = read_settings(output_dirs[0])
+    factory = factory or output_dtype(settings["dtype"]).default_index_factory
     for other in output_dirs[1:]:
         if read_settings(other) != settings:
             raise IncompleteOutputs(f"{other} was written with other settings than {output_dirs[0]} "

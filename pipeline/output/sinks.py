@@ -87,17 +87,19 @@ class _CommitOnExit:
 class AtomicParquetWriter(_CommitOnExit):
     """A ParquetWriter on a temporary file that becomes `final` on close() and vanishes on abort().
 
-    `plain_columns` are written without dictionary, compression or statistics: for embeddings,
-    which none of them shrink, the three cost 10x the write time (and a dictionary grows the file).
+    `plain_columns` are written without dictionary or statistics, compressed with `plain_codec`: float
+    embeddings, which none of them shrink, cost 10x the write time with the three (and a dictionary grows
+    the file); int8 and binary ones take zstd (UnitWriter).
     """
 
-    def __init__(self, final: Path, schema: pa.Schema, plain_columns: Sequence[str] = ()):
+    def __init__(self, final: Path, schema: pa.Schema, plain_columns: Sequence[str] = (), plain_codec: str = "none"):
         self.path = final
         self.schema = schema
         self._temporary = temporary_path(final)
         try:
             with writing(final):
-                self._writer = pq.ParquetWriter(self._temporary, schema, **column_options(schema, plain_columns))
+                self._writer = pq.ParquetWriter(self._temporary, schema,
+                                                **column_options(schema, plain_columns, plain_codec))
         except BaseException:
             self._temporary.unlink(missing_ok=True)
             raise
@@ -118,8 +120,9 @@ class AtomicParquetWriter(_CommitOnExit):
         self._temporary.unlink(missing_ok=True)
 
 
-def column_options(schema: pa.Schema, plain_columns: Sequence[str]) -> dict:
-    """ParquetWriter options that leave the leaves of `plain_columns` plain and the rest as by default."""
+def column_options(schema: pa.Schema, plain_columns: Sequence[str], plain_codec: str = "none") -> dict:
+    """ParquetWriter options: the leaves of `plain_columns` without dictionary and statistics, compressed
+    with `plain_codec`; the rest as by default."""
     if not plain_columns:
         return {}
     sink = pa.BufferOutputStream()  # the options name Parquet leaf paths ("embedding.list.element")
@@ -128,7 +131,7 @@ def column_options(schema: pa.Schema, plain_columns: Sequence[str]) -> dict:
     paths = [leaves.column(i).path for i in range(len(leaves))]
     rest = [path for path in paths if path.split(".")[0] not in plain_columns]
     return {"use_dictionary": rest, "write_statistics": rest,
-            "compression": {path: "snappy" if path in rest else "none" for path in paths}}
+            "compression": {path: "snappy" if path in rest else plain_codec for path in paths}}
 
 
 class UnitWriter(AtomicParquetWriter):
@@ -136,6 +139,8 @@ class UnitWriter(AtomicParquetWriter):
 
     Schema: the id field, `embedding` as fixed_size_list<value, dim> (dim: values per row, i.e.
     bytes for "binary"), then the kept fields; fixed here so empty batches cannot change it.
+    Parquet has no 8-bit type: int8 and uint8 values are stored as INT32, 4 bytes each, as large as
+    float32; zstd brings them to ~1 byte (4.2x smaller than float32, tests/pipeline/output/test_sinks.py).
     A context manager: closes on success, aborts (no file left) on an exception.
     """
 
@@ -147,7 +152,8 @@ class UnitWriter(AtomicParquetWriter):
         vector_type = pa.list_(embedding_type(dtype_name), dim)
         schema = pa.schema([id_field, pa.field("embedding", vector_type, nullable=False), *kept_fields])
         final = unit_file(output_dir, EMBEDDINGS_FOLDER, unit_id)
-        super().__init__(final, schema, plain_columns=["embedding"])
+        codec = "none" if output_dtype(dtype_name).is_float else "zstd"
+        super().__init__(final, schema, plain_columns=["embedding"], plain_codec=codec)
         self.num_rows = 0
 
     def write(self, ids: pa.Array, embeddings: np.ndarray, kept: Sequence[pa.Array] = ()) -> None:

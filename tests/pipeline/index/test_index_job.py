@@ -297,3 +297,22 @@ def test_the_text_column_can_be_kept_and_comes_back_with_each_hit(tmp_path):
     hits = json.loads(invoke("query", texts[17], "--index", tmp_path / "out", "-k", "2", "--json",
                              "--device", "cpu").stdout)
     assert hits[0]["id"] == 17 and hits[0]["text"] == texts[17] and hits[0]["title"] == "t17"
+
+
+def test_an_int8_job_builds_an_sq8_index_by_default_and_it_finds_each_row(tmp_path):
+    """int8 vectors take a byte a dimension on disk; the default index keeps them so in memory (SQ8), not as
+    float (Flat held 4 bytes)."""
+    import faiss
+
+    texts = variant_texts(80)
+    write_table(tmp_path / "in" / "a.parquet", id=list(range(80)), text=texts)
+    assert index(tmp_path / "in", "--output", tmp_path / "out", "--dtype", "int8").exit_code == 0
+    meta = json.loads((tmp_path / "out" / "index.json").read_text())
+    assert meta["factory"] == "SQ8"
+    assert isinstance(faiss.read_index(str(tmp_path / "out" / "index.faiss")), faiss.IndexScalarQuantizer)
+    hits = json.loads(invoke("query", texts[33], "--index", tmp_path / "out", "-k", "1", "--json",
+                             "--device", "cpu").stdout)
+    assert hits[0]["id"] == 33
+    merged = invoke("merge", tmp_path / "out", "--into", tmp_path / "merged")
+    assert merged.exit_code == 0, merged.output
+    assert json.loads((tmp_path / "merged" / "index.json").read_text())["factory"] == "SQ8"
