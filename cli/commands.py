@@ -153,7 +153,8 @@ def run_verify(outputs: list, index_dir, inputs: list[str] | None) -> None:
 
 
 def run_query(text: str, index_dir, k: int, as_json: bool, model: str | None, dim: int | None,
-              dtype: str | None, prompt: str | None, prompt_name: str | None, device: str) -> None:
+              dtype: str | None, prompt: str | None, prompt_name: str | None, device: str,
+              nprobe: int | None = None, ef_search: int | None = None) -> None:
     """With an index: print the top-k hits of `text`; without: print its embedding, like `embed`."""
     from embedpipe.kernels.engine import EngineConfig
     from embedpipe.pipeline.serve.query import format_hits, query_prompt_name, search
@@ -171,7 +172,7 @@ def run_query(text: str, index_dir, k: int, as_json: bool, model: str | None, di
     if k <= 0:
         fail("-k must be positive")
     try:
-        hits = search(index_dir, text, k, device, prompt, prompt_name)
+        hits = search(index_dir, text, k, device, prompt, prompt_name, nprobe, ef_search)
     except USER_ERRORS + (ValueError,) as e:
         fail(str(e))
     print(format_hits(hits, as_json))

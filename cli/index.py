@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from embedpipe.cli.options import DEVICE, DIM, DTYPE, MODEL, PROMPT, PROMPT_NAME, Device, OutputDtype
+from embedpipe.cli.options import DEVICE, DIM, DTYPE, EF_SEARCH, MODEL, NPROBE, PROMPT, PROMPT_NAME, Device, OutputDtype
 from embedpipe.pipeline.config import IndexOptions
 
 DEFAULTS = IndexOptions()
@@ -129,8 +129,9 @@ def query(
     prompt: Optional[str] = PROMPT,
     prompt_name: Optional[str] = typer.Option(
         None, "--prompt-name", help="A prompt of the model (default: its `query` prompt when it has one)."),
-    device: Device = DEVICE,
+    device: Device = DEVICE, nprobe: Optional[int] = NPROBE, ef_search: Optional[int] = EF_SEARCH,
 ):
     """Embed TEXT with the index's model and settings (query prompt applied) and print the top-k rows."""
     from embedpipe.cli.commands import run_query
-    run_query(text, index, k, as_json, model, dim, dtype and dtype.value, prompt, prompt_name, device.value)
+    run_query(text, index, k, as_json, model, dim, dtype and dtype.value, prompt, prompt_name, device.value,
+              nprobe, ef_search)

@@ -25,6 +25,10 @@ DTYPE = typer.Option(OutputDtype.float32, "--dtype", help="Output dtype (int8: r
 PROMPT = typer.Option(None, "--prompt", help="Literal prompt prepended to every text.")
 PROMPT_NAME = typer.Option(None, "--prompt-name", help="A prompt named in the model's sentence-transformers config.")
 DEVICE = typer.Option(Device.auto, "--device", help="auto: CUDA when available, else CPU.")
+NPROBE = typer.Option(None, "--nprobe", help="IVF indexes: inverted lists visited per query (default: the one "
+                                             "written into the index, chosen for recall@10 >= 0.95).")
+EF_SEARCH = typer.Option(None, "--ef-search", help="HNSW indexes: candidates kept per query (default: the one "
+                                                   "written into the index, chosen for recall@10 >= 0.95).")
 
 
 def engine_config(model: str, dim: Optional[int], dtype: OutputDtype, device: Device):

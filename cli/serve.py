@@ -8,11 +8,12 @@ from typing import Optional
 
 import typer
 
-from embedpipe.cli.options import MODEL
+from embedpipe.cli.options import EF_SEARCH, MODEL, NPROBE
 
 
 def serve(model: str = MODEL,
           index: Optional[Path] = typer.Option(None, "--index", help="An index folder to search (/v1/search)."),
+          nprobe: Optional[int] = NPROBE, ef_search: Optional[int] = EF_SEARCH,
           host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
           port: int = typer.Option(8080, "--port", help="Port to listen on."),
           device: str = typer.Option("auto", "--device", help="auto (CUDA when available), cpu, cuda or cuda:N."),
@@ -49,7 +50,8 @@ def serve(model: str = MODEL,
     except ImportError as e:
         fail(f"{e.name} is missing; install the server extra: pip install 'embedpipe[serve]'")
     try:
-        config = ServeConfig(engine=EngineConfig(model=model, device=device), index=index, host=host, port=port,
+        config = ServeConfig(engine=EngineConfig(model=model, device=device), index=index, nprobe=nprobe,
+                             ef_search=ef_search, host=host, port=port,
                              max_inputs=max_inputs, max_input_tokens=max_input_tokens, truncate=truncate,
                              max_queue=max_queue, request_timeout=request_timeout,
                              batching=BatcherConfig(max_batch_tokens=max_batch_tokens),

@@ -19,11 +19,11 @@ from embedpipe.pipeline.inputs.column_types import widen
 from embedpipe.pipeline.output.manifest import completed_units, write_json_atomic
 from embedpipe.pipeline.output.layout import EMBEDDINGS_FOLDER, INDEX_FILE, INDEX_IDS_FILE, INDEX_META_FILE
 from embedpipe.kernels.output_dtypes import OUTPUT_DTYPES
+from embedpipe.pipeline.output.search_tuning import ExactNeighbours, query_rows, search_parameter, tune
 from embedpipe.pipeline.output.sinks import AtomicParquetWriter, commit_file, temporary_path, writing
 
 TRAIN_SEED = 0
 READ_BATCH_ROWS = 16384
-DEFAULT_NPROBE = 16
 
 
 def build_index(output_dirs: list[Path], index_dir: Path, factory: str = "Flat",
@@ -51,6 +51,7 @@ def build_index(output_dirs: list[Path], index_dir: Path, factory: str = "Flat",
     index, used_factory = new_index(factory, vector_type.list_size, binary)
     index_dir = Path(index_dir)
     ids_schema = schema.remove(schema.get_field_index("embedding"))
+    search = None  # the approximate indexes' search parameter, as search_tuning.tune chose it
     with AtomicParquetWriter(index_dir / INDEX_IDS_FILE, ids_schema) as ids_file:
         if _is_flat_ip(index):  # streamed to its file while the ids are copied (both release the GIL)
             with ThreadPoolExecutor(1) as ids_thread:
@@ -62,18 +63,29 @@ def build_index(output_dirs: list[Path], index_dir: Path, factory: str = "Flat",
                 raise ValueError(f"the units' files hold {num_vectors} vectors, their ids {num_rows}")
         else:
             num_rows, duplicate_ids = _copy_ids(files, ids_file)
+            # IVF / HNSW: sample queries and their exact neighbours, to write the index with the nprobe /
+            # efSearch that reaches the target recall (search_tuning.py)
+            query_ids = query_rows(num_rows) if not binary and search_parameter(index) else np.empty(0, np.int64)
             if not index.is_trained:  # two passes: the sample, then the vectors (from the files both times)
                 in_memory = None
-                _train(index, _training_sample(_iter_vectors(files, binary, cosine, {}), num_rows, train_size),
-                       used_factory)
+                sample, queries = _gather(_iter_vectors(files, binary, cosine, {}),
+                                          [_training_rows(num_rows, train_size), query_ids])
+                _train(index, sample, used_factory)
+            else:  # HNSW: one more pass, for the queries
+                (queries,) = _gather(_iter_vectors(files, binary, cosine, {}), [query_ids]) if len(query_ids) \
+                    else (np.empty(0),)
+            exact = ExactNeighbours(queries) if len(query_ids) else None
             # the vectors held in memory are let go as they are copied into the index: its memory, not twice
-            _add_all(index, _iter_vectors(files, binary, cosine, dict(in_memory or {})))
+            _add_all(index, _iter_vectors(files, binary, cosine, dict(in_memory or {})), exact)
+            search = tune(index, queries, query_ids, exact.labels()) if exact is not None else None
             _write_faiss(index, index_dir / INDEX_FILE, binary)
     meta = {**(extra_meta or {}), "factory": used_factory, "dimension": index.d,
             "metric": "hamming" if binary else "cosine" if cosine else "inner_product",
             "dtype": _dtype_name(vector_type.value_type), "normalized": normalized,
             "num_rows": num_rows, "id_column": ids_schema.names[0], "duplicate_ids": duplicate_ids,
             "embedpipe_version": version("embedpipe")}
+    if search is not None:
+        meta["search"] = search
     write_json_atomic(index_dir / INDEX_META_FILE, meta)
     return meta
 
@@ -203,9 +215,11 @@ def _write_flat_ip(chunks: Iterator[np.ndarray], dim: int, num_rows: int, path: 
     return written
 
 
-def _add_all(index, chunks: Iterator[np.ndarray]) -> None:
+def _add_all(index, chunks: Iterator[np.ndarray], exact: ExactNeighbours | None = None) -> None:
     for vectors in chunks:
         index.add(vectors)
+        if exact is not None:
+            exact.add(vectors)
 
 
 def _prepare(values: np.ndarray, binary: bool, cosine: bool) -> np.ndarray:
@@ -221,18 +235,24 @@ def _prepare(values: np.ndarray, binary: bool, cosine: bool) -> np.ndarray:
     return vectors
 
 
-def _training_sample(chunks: Iterator[np.ndarray], num_rows: int, train_size: int) -> np.ndarray:
-    """Up to `train_size` vectors picked with a fixed seed, gathered in one streaming pass."""
+def _training_rows(num_rows: int, train_size: int) -> np.ndarray:
+    """The sorted rows of up to `train_size` training vectors, picked with a fixed seed."""
     if not num_rows:
         raise ValueError("the index needs training but the completed units hold no rows")
     rng = np.random.default_rng(TRAIN_SEED)
-    chosen = np.sort(rng.choice(num_rows, size=min(train_size, num_rows), replace=False))
-    parts, offset = [], 0
+    return np.sort(rng.choice(num_rows, size=min(train_size, num_rows), replace=False))
+
+
+def _gather(chunks: Iterator[np.ndarray], row_sets: list[np.ndarray]) -> list[np.ndarray]:
+    """The vectors at each set of sorted row numbers, gathered in one streaming pass."""
+    parts: list[list[np.ndarray]] = [[] for _ in row_sets]
+    offset = 0
     for vectors in chunks:
-        low, high = np.searchsorted(chosen, [offset, offset + len(vectors)])
-        parts.append(vectors[chosen[low:high] - offset])
+        for rows, found in zip(row_sets, parts):
+            low, high = np.searchsorted(rows, [offset, offset + len(vectors)])
+            found.append(vectors[rows[low:high] - offset])
         offset += len(vectors)
-    return np.concatenate(parts)
+    return [np.concatenate(found) if found else np.empty(0, np.float32) for found in parts]
 
 
 def _train(index, sample: np.ndarray, factory: str) -> None:
@@ -262,14 +282,15 @@ class SearchIndex:
     """A built index with its ids. Scores: inner product / cosine similarity, or for binary
     embeddings the number of matching bits (dimension - Hamming distance); higher is better."""
 
-    def __init__(self, index, ids: pa.Table, meta: dict, nprobe: int = DEFAULT_NPROBE):
+    def __init__(self, index, ids: pa.Table, meta: dict, nprobe: int | None = None, ef_search: int | None = None):
         self.index, self.ids, self.meta = index, ids, meta
         self.binary = meta["metric"] == "hamming"
-        self.set_nprobe(nprobe)
+        self.set_search_parameters(nprobe, ef_search)
 
     @classmethod
-    def load(cls, index_dir: str | Path, nprobe: int = DEFAULT_NPROBE) -> SearchIndex:
-        """Reads index.faiss, index_ids.parquet and index.json from `index_dir`."""
+    def load(cls, index_dir: str | Path, nprobe: int | None = None, ef_search: int | None = None) -> SearchIndex:
+        """Reads index.faiss, index_ids.parquet and index.json from `index_dir`; searches with the nprobe /
+        efSearch written into index.faiss (search_tuning.py) unless given here."""
         import faiss
 
         index_dir = Path(index_dir)
@@ -280,18 +301,27 @@ class SearchIndex:
         if not index.ntotal == ids.num_rows == meta["num_rows"]:
             raise ValueError(f"{index_dir}: index ({index.ntotal}), ids ({ids.num_rows}) and "
                              f"index.json ({meta['num_rows']}) row counts differ; rebuild the index")
-        return cls(index, ids, meta, nprobe)
+        return cls(index, ids, meta, nprobe, ef_search)
 
-    def set_nprobe(self, nprobe: int) -> None:
-        """Inverted lists visited per query by IVF indexes (ignored by other kinds)."""
+    def set_search_parameters(self, nprobe: int | None = None, ef_search: int | None = None) -> None:
+        """Inverted lists visited per query by IVF indexes, candidates kept by HNSW ones; each ignored by
+        the other kinds, and None leaves the index's own."""
         import faiss
 
+        for name, value in (("nprobe", nprobe), ("ef_search", ef_search)):
+            if value is not None and value <= 0:
+                raise ValueError(f"{name} must be positive, not {value}")
         if self.binary:
-            ivf = self.index if isinstance(self.index, faiss.IndexBinaryIVF) else None
-        else:
-            ivf = faiss.try_extract_index_ivf(self.index)
-        if ivf is not None:
+            if nprobe is not None and isinstance(self.index, faiss.IndexBinaryIVF):
+                self.index.nprobe = nprobe
+            if ef_search is not None and isinstance(self.index, faiss.IndexBinaryHNSW):
+                self.index.hnsw.efSearch = ef_search
+            return
+        ivf = faiss.try_extract_index_ivf(self.index)
+        if nprobe is not None and ivf is not None:
             ivf.nprobe = nprobe
+        if ef_search is not None and isinstance(self.index, faiss.IndexHNSW):
+            self.index.hnsw.efSearch = ef_search
 
     def search(self, queries: np.ndarray, k: int) -> list[list[dict]]:
         """Per query up to k hits, best first: {<kept columns>..., "id": ..., "score": float}."""

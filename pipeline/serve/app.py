@@ -54,6 +54,8 @@ SWITCH_INTERVAL_S = 5e-4
 class ServeConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
     index: Path | None = None  # an index folder (index.faiss, index.json, index_ids.parquet)
+    nprobe: int | None = None  # the index's search parameters; None: those written into it
+    ef_search: int | None = None
     host: str = "127.0.0.1"
     port: int = 8080
     max_inputs: int = 2048  # inputs per request (OpenAI's limit)

@@ -21,9 +21,9 @@ from embedpipe.pipeline.serve.fronts import serve_with_fronts
 from embedpipe.pipeline.serve.query import load_index as read_index
 
 
-def load_index(path: Path, engine: Engine):
+def load_index(path: Path, engine: Engine, nprobe: int | None = None, ef_search: int | None = None):
     """The index of an `embedpipe index` OUTPUT folder, checked against the served model."""
-    index = read_index(path)
+    index = read_index(path, nprobe, ef_search)
     meta, output = index.meta, engine.output
     if meta.get("model") not in (None, engine.config.model, str(engine.folder.path)):
         raise ValueError(f"index {path} was made with model {meta['model']}; serve it with --model {meta['model']}")
@@ -48,7 +48,7 @@ def run_server(config: ServeConfig, announce: Callable[[str], None] = lambda lin
     try:
         # the engine keeps a pinned slot per batch the scheduler has in flight (and one more)
         engine = Engine(dataclasses.replace(config.engine, max_in_flight=config.max_in_flight))
-        index = load_index(config.index, engine) if config.index is not None else None
+        index = load_index(config.index, engine, config.nprobe, config.ef_search) if config.index is not None else None
         server = local_server(config, engine, index)
     except (ModelLoadError, ValueError, OSError, RuntimeError) as e:  # RuntimeError: torch or FAISS refusing a file
         raise UserError(str(e)) from e

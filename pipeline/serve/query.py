@@ -29,11 +29,12 @@ def query_prompt_name(folder: ModelFolder, prompt: str | None, prompt_name: str 
     return prompt_name
 
 
-def load_index(index_dir: Path) -> SearchIndex:
+def load_index(index_dir: Path, nprobe: int | None = None, ef_search: int | None = None) -> SearchIndex:
+    """The index, searching with nprobe / efSearch when given (else those written into it)."""
     if not (Path(index_dir) / INDEX_META_FILE).is_file():
         raise NoIndex(f"{index_dir} holds no index (index.json); a sharded job's outputs are indexed by "
                       "`embedpipe merge OUTPUT...`")
-    return SearchIndex.load(index_dir)
+    return SearchIndex.load(index_dir, nprobe, ef_search)
 
 
 def engine_config_of(meta: dict, device: str) -> EngineConfig:
@@ -43,9 +44,9 @@ def engine_config_of(meta: dict, device: str) -> EngineConfig:
 
 
 def search(index_dir: Path, text: str, k: int, device: str, prompt: str | None,
-           prompt_name: str | None) -> list[dict]:
+           prompt_name: str | None, nprobe: int | None = None, ef_search: int | None = None) -> list[dict]:
     """The top-k hits of `text`, best first: {"id", "score", kept columns...}."""
-    index = load_index(index_dir)
+    index = load_index(index_dir, nprobe, ef_search)
     engine = Engine(engine_config_of(index.meta, device))
     tokenizer = make_tokenizer(engine, prompt, query_prompt_name(engine.folder, prompt, prompt_name))
     vector = embed_texts(engine, tokenizer, [text])
