@@ -57,6 +57,8 @@ ON_BAD_ROW = typer.Option(
     help="A null, empty or whitespace text: skip (record it in rejected.parquet) or fail.")
 SKIP_BAD_FILES = typer.Option(
     False, "--skip-bad-files", help="Record unreadable files in metrics.json and go on (exit code 3).")
+PRUNE = typer.Option(False, "--prune", help="Drop the done units whose input file is no longer among INPUTS "
+                                           "(from the embeddings and the index); without it they are kept, with a warning.")
 OVERWRITE = typer.Option(False, "--overwrite", help="Discard everything OUTPUT holds and start afresh (a whole job, not shards).")
 QUIET = typer.Option(False, "--quiet", "-q", help="No progress output.")
 
@@ -96,9 +98,10 @@ def index(
              "--devices: all (default), gpu:N or cpu:N."),
     shard_index: Optional[int] = SHARD_INDEX, num_shards: Optional[int] = NUM_SHARDS,
     on_bad_row: BadRowPolicy = ON_BAD_ROW, skip_bad_files: bool = SKIP_BAD_FILES,
-    overwrite: bool = OVERWRITE, quiet: bool = QUIET,
+    overwrite: bool = OVERWRITE, prune: bool = PRUNE, quiet: bool = QUIET,
 ):
-    """Embed every row of INPUTS into OUTPUT: Parquet per unit, then a FAISS index. Resumable."""
+    """Embed every row of INPUTS into OUTPUT: Parquet per unit, then a FAISS index. Resumable: a run again
+    redoes the units whose input changed since they were embedded."""
     from embedpipe.cli.commands import run_index
     run_index(given_options(ctx), config)
 

@@ -85,6 +85,7 @@ class IndexOptions:
     on_bad_row: str = "skip"
     skip_bad_files: bool = False
     overwrite: bool = False
+    prune: bool = False  # drop the done units whose input file is no longer among the inputs
     quiet: bool = False
     devices: str | None = None  # DeviceSpec text; None: one engine in this process, on `device`
     ray: str | None = None  # a Ray cluster: auto, local, HOST:PORT or ray://HOST:PORT; None: no Ray
@@ -108,6 +109,7 @@ class JobConfig:
     on_bad_row: str = "skip"
     skip_bad_files: bool = False
     overwrite: bool = False
+    prune: bool = False
     quiet: bool = False
     prompt: str | None = None
     prompt_name: str | None = None
@@ -215,7 +217,7 @@ def job_config(options: IndexOptions) -> JobConfig:
         rows_per_unit=o.rows_per_unit, read_rows=o.read_rows,
         index_factory=o.index_factory or output_dtype(o.dtype).default_index_factory,
         shard_index=o.shard_index or 0, num_shards=o.num_shards or 1, on_bad_row=o.on_bad_row,
-        skip_bad_files=o.skip_bad_files, overwrite=o.overwrite, quiet=o.quiet, prompt=o.prompt,
+        skip_bad_files=o.skip_bad_files, overwrite=o.overwrite, prune=o.prune, quiet=o.quiet, prompt=o.prompt,
         prompt_name=o.prompt_name, devices=devices, ray_address=o.ray)
 
 

@@ -175,10 +175,15 @@ def _log_start(progress: Progress, prepared: PreparedJob) -> None:
     job, units, mine, pending = prepared.job, prepared.units, prepared.mine, prepared.pending
     share = f" (shard {job.shard_index} of {job.num_shards}: {len(mine)})" if job.sharded else ""
     progress.log(f"{len(units)} units{share}, {len(mine) - len(pending)} already done, {len(pending)} to do")
-    stale = set(prepared.done_before) - {unit.unit_id for unit in units}
-    if stale:
-        progress.log(f"warning: {job.output} holds {len(stale)} done units that are not among the inputs "
-                     f"(e.g. {sorted(stale)[0]!r}); they stay in the index (--overwrite starts afresh)")
+    changes = prepared.changes
+    if changes.changed or changes.relisted:
+        first = (changes.changed + changes.relisted)[0]["unit_id"]
+        progress.log(f"{len(changes.changed) + len(changes.relisted)} done units were dropped to be redone: their "
+                     f"input changed since they were embedded (e.g. {first!r})")
+    if changes.removed:
+        what = "dropped (--prune)" if changes.pruned else "kept, in the index too (--prune drops them)"
+        progress.log(f"{'' if changes.pruned else 'warning: '}{len(changes.removed)} done units are from files no "
+                     f"longer among the inputs (e.g. {changes.removed[0]['path']!r}): {what}")
 
 
 def summary(metrics: dict, output: Path) -> str:

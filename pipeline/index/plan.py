@@ -3,7 +3,7 @@ settings OUTPUT keeps (job.json), the units listed and sharded, their column typ
 ones skipped."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 from pathlib import Path
 
@@ -17,7 +17,8 @@ from embedpipe.pipeline.inputs.sources import (ColumnSpec, UnreadableInputError,
                                               unit_schema)
 from embedpipe.pipeline.output.job_files import check_index_factory, write_unit_list
 from embedpipe.pipeline.output.layout import EMBEDDINGS_FOLDER, TEMPORARY_FOLDERS
-from embedpipe.pipeline.output.manifest import check_settings, completed_columns, completed_units, store_settings
+from embedpipe.pipeline.output.manifest import (check_settings, completed_columns, completed_units, drop_units,
+                                                store_settings)
 from embedpipe.pipeline.text.tokenizer import TextTokenizer, make_tokenizer
 
 
@@ -34,6 +35,44 @@ class PreparedJob:
     pending: list[WorkUnit]  # this shard's units that are not done yet
     done_before: dict[str, dict]
     bad_listing: list[tuple[str, str]]  # (path, error) of files skipped while listing
+    changes: InputChanges
+
+
+@dataclass
+class InputChanges:
+    """What changed in the inputs since OUTPUT's units were embedded (completion records against the listing).
+
+    changed: done units of this run whose input's fingerprint differs now: dropped, and redone.
+    relisted: done units not listed any more from a file that still is (rewritten with other row groups,
+      so the unit names mean other rows): dropped (a whole job only).
+    removed: done units whose file is no longer among the inputs: kept, unless --prune (a whole job only).
+    """
+
+    new: int = 0
+    changed: list[dict] = field(default_factory=list)
+    relisted: list[dict] = field(default_factory=list)
+    removed: list[dict] = field(default_factory=list)
+    pruned: bool = False
+
+    @property
+    def dropped(self) -> list[dict]:
+        return self.changed + self.relisted + (self.removed if self.pruned else [])
+
+
+def input_changes(units: list[WorkUnit], mine: list[WorkUnit], done: dict[str, dict], whole_job: bool,
+                  prune: bool) -> InputChanges:
+    listed, listed_paths = {u.unit_id: u for u in units}, {u.path for u in units}
+    changes = InputChanges(new=sum(u.unit_id not in done for u in mine), pruned=prune and whole_job)
+    for unit in mine:
+        record = done.get(unit.unit_id)
+        stored = record and record.get("input")  # None: recorded before fingerprints, taken as unchanged
+        if stored and unit.fingerprint is not None and tuple(stored) != unit.fingerprint:
+            changes.changed.append(record)
+    if whole_job:
+        for unit_id, record in done.items():
+            if unit_id not in listed:
+                (changes.relisted if record["path"] in listed_paths else changes.removed).append(record)
+    return changes
 
 
 def job_tokenizer(job: JobConfig) -> tuple[ModelSpec, TextTokenizer]:
@@ -72,9 +111,13 @@ def plan_units(job: JobConfig, settings: dict, folder: str = EMBEDDINGS_FOLDER,
         remove_temporaries(job.output)  # left by a killed run; nobody else writes here
     write_unit_list(job.output, units)
     mine = units[job.shard_index::job.num_shards]
-    done_before = completed_units(job.output, folder)
+    done = completed_units(job.output, folder)
+    changes = input_changes(units, mine, done, not job.sharded, job.prune)
+    drop_units(job.output, changes.dropped, folder)
+    dropped = {record["unit_id"] for record in changes.dropped}
+    done_before = {unit_id: record for unit_id, record in done.items() if unit_id not in dropped}
     pending = [unit for unit in mine if unit.unit_id not in done_before]
-    return units, mine, pending, done_before, bad_listing
+    return units, mine, pending, done_before, bad_listing, changes
 
 
 def job_settings(job: JobConfig, spec: ModelSpec, tokenizer: TextTokenizer) -> dict:

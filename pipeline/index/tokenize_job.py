@@ -46,7 +46,7 @@ def run_tokenize(job: JobConfig, tokenize_units: TokenizeUnits | None = None) ->
     _, tokenizer = job_tokenizer(job)
     with new_output(job.output), output_lock(job.output, shard=job.shard):
         settings = tokenize_settings(job, tokenizer)
-        units, mine, pending, done_before, bad_listing = plan_units(job, settings, TOKENS_FOLDER)
+        units, mine, pending, done_before, bad_listing, _ = plan_units(job, settings, TOKENS_FOLDER)
         with Progress(None, job.quiet) as progress:
             progress.log(f"{len(units)} units, {len(mine) - len(pending)} already done, {len(pending)} to do")
             counts = tokenize_units(job, tokenizer, pending, progress)

@@ -1,6 +1,7 @@
 """Input listing (files, folders, globs -> work units) and streaming reads of one unit."""
 from __future__ import annotations
 
+import dataclasses
 import glob
 import os
 from dataclasses import dataclass
@@ -41,6 +42,9 @@ class WorkUnit:
 
     parquet: row groups [start, stop); hf: rows [start, stop); jsonl/csv: the whole file (0, -1).
     `id_prefix` is the file's path relative to the input argument it was found under.
+    `fingerprint`: (bytes, mtime in ns) of the input when it was listed (a dataset folder: summed and
+    newest over its files); a unit's completion record keeps it, so a re-run redoes a unit whose
+    input changed since (index/plan.py). None: not known (units made by hand).
     """
 
     unit_id: str
@@ -49,6 +53,11 @@ class WorkUnit:
     start: int
     stop: int
     id_prefix: str
+    fingerprint: tuple[int, int] | None = None
+
+    def __post_init__(self):  # from JSON or Ray rows a list: a tuple keeps the unit hashable
+        if self.fingerprint is not None and not isinstance(self.fingerprint, tuple):
+            object.__setattr__(self, "fingerprint", tuple(int(v) for v in self.fingerprint))
 
 
 @dataclass(frozen=True)
@@ -169,14 +178,28 @@ def _relative_name(path: str, root: str) -> str:
 
 
 def _units_of(path: str, fmt: str, prefix: str, rows_per_unit: int) -> list[WorkUnit]:
+    stamp = input_fingerprint(path)
     if fmt == "parquet":
-        return _parquet_units(path, prefix, rows_per_unit)
+        return [dataclasses.replace(unit, fingerprint=stamp) for unit in _parquet_units(path, prefix, rows_per_unit)]
     if fmt == "hf":
         num_rows = _load_hf(path).num_rows
         return [WorkUnit(f"{prefix}#rows{a}-{min(a + rows_per_unit, num_rows)}", path, fmt, a,
-                         min(a + rows_per_unit, num_rows), prefix)
+                         min(a + rows_per_unit, num_rows), prefix, stamp)
                 for a in range(0, num_rows, rows_per_unit)]
-    return [WorkUnit(prefix, path, fmt, 0, -1, prefix)]
+    return [WorkUnit(prefix, path, fmt, 0, -1, prefix, stamp)]
+
+
+def input_fingerprint(path: str) -> tuple[int, int]:
+    """(bytes, mtime in ns) of a file; of a dataset folder, its files' summed bytes and newest mtime.
+    Any rewrite of an input changes it (an edit in place keeps the size but not the mtime)."""
+    try:
+        if not os.path.isdir(path):
+            stat = os.stat(path)
+            return stat.st_size, stat.st_mtime_ns
+        stats = [os.stat(os.path.join(folder, name)) for folder, _, names in os.walk(path) for name in names]
+        return sum(s.st_size for s in stats), max((s.st_mtime_ns for s in stats), default=0)
+    except OSError as error:
+        raise UnreadableInputError(f"{path}: cannot read input: {error}") from error
 
 
 def _parquet_units(path: str, prefix: str, rows_per_unit: int) -> list[WorkUnit]:

@@ -3,6 +3,7 @@
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -56,7 +57,7 @@ def index_outputs(output_dirs: list[Path], index_dir: Path, factory: str, settin
     """Builds the FAISS index of the outputs' completed units into index_dir, unless it is current
     (in_memory: vectors of some unit files, held by the job that wrote them; see build_index)."""
     done = [record for d in output_dirs for record in completed_units(d).values()]
-    extra = {**settings, "num_units": len(done)}
+    extra = {**settings, "num_units": len(done), "units_digest": units_digest(done)}
     num_rows = sum(record["num_rows"] for record in done)
     meta_path = Path(index_dir) / INDEX_META_FILE
     if meta_path.is_file():
@@ -71,6 +72,13 @@ def index_outputs(output_dirs: list[Path], index_dir: Path, factory: str, settin
     except ValueError as error:
         raise IndexBuildError(f"{error}. The embeddings are complete; build the index again with "
                               f"`embedpipe merge {' '.join(map(str, output_dirs))} --index-factory ...`") from error
+
+
+def units_digest(records: list[dict]) -> str:
+    """Names the set of unit files an index holds: a unit redone (its input changed) changes it, even when
+    the row count stays (an edited row), so the index is rebuilt."""
+    keys = sorted((r["unit_id"], r["file_name"], r["num_rows"], r.get("finished_at")) for r in records)
+    return hashlib.sha1(json.dumps(keys).encode()).hexdigest()[:16]
 
 
 def check_index_factory(factory: str, width: int, binary: bool, num_rows: int | None = None) -> None:

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from embedpipe.pipeline.output.layout import (EMBEDDINGS_FOLDER, INDEX_FILE_NAMES, MANIFEST_FOLDER, OUTPUT_FOLDERS,
-                                              SETTINGS_FILE, manifest_record)
+                                              REJECTED_FOLDER, SETTINGS_FILE, manifest_record, unit_file)
 from embedpipe.pipeline.output.sinks import commit_file, temporary_path, writing
 from embedpipe.pipeline.inputs.sources import WorkUnit
 
@@ -39,7 +39,8 @@ def mark_done(output_dir: str | Path, unit: WorkUnit, num_rows: int, num_rejecte
     """Records `unit` as complete; call after its file (name within embeddings/) is in place."""
     record = {"unit_id": unit.unit_id, "path": unit.path, "format": unit.format,
               "start": unit.start, "stop": unit.stop, "num_rows": num_rows,
-              "num_rejected": num_rejected, "file_name": file_name, "finished_at": time.time()}
+              "num_rejected": num_rejected, "file_name": file_name, "finished_at": time.time(),
+              "input": None if unit.fingerprint is None else list(unit.fingerprint)}
     write_json_atomic(manifest_record(output_dir, unit.unit_id), record)
 
 
@@ -55,6 +56,16 @@ def completed_units(output_dir: str | Path, folder: str = EMBEDDINGS_FOLDER) -> 
         if (output_dir / folder / record["file_name"]).is_file():
             done[record["unit_id"]] = record
     return done
+
+
+def drop_units(output_dir: str | Path, records: list[dict], folder: str = EMBEDDINGS_FOLDER) -> None:
+    """Forgets completed units: their record first (no record outlives its file), then their file and
+    their rejected rows."""
+    output_dir = Path(output_dir)
+    for record in records:
+        manifest_record(output_dir, record["unit_id"]).unlink(missing_ok=True)
+        (output_dir / folder / record["file_name"]).unlink(missing_ok=True)
+        unit_file(output_dir, REJECTED_FOLDER, record["unit_id"]).unlink(missing_ok=True)
 
 
 def check_or_write_settings(output_dir: str | Path, settings: dict, overwrite: bool = False) -> bool:

@@ -8,7 +8,8 @@ import pyarrow as pa
 
 from embedpipe.pipeline.output.layout import UNITS_FILE
 from embedpipe.pipeline.output.sinks import read_rejected
-from embedpipe.pipeline.inputs.sources import ColumnSpec, list_units, read_unit
+from embedpipe.pipeline.inputs.sources import ColumnSpec, WorkUnit, list_units, read_unit
+from embedpipe.pipeline.output.manifest import completed_units
 from embedpipe.pipeline.verify.report import Report
 
 READ_ROWS = 65536
@@ -22,6 +23,7 @@ def check_input(inputs: list[str], settings: dict, ids: pa.ChunkedArray, output_
                            if (d / UNITS_FILE).is_file()))
     if {unit.unit_id for unit in units} != listed:
         report.warn("the inputs make other units than the job's units.json: are they the inputs given to index?")
+    check_fingerprints(units, output_dirs, report)
     columns = ColumnSpec(settings["text_column"], settings["id_column"], token_ids=settings.get("token_ids_column"))
     wanted = [batch.column(0) for unit in units for batch in read_unit(unit, columns, READ_ROWS)]
     found = [*ids.chunks, *(chunk for d in output_dirs for chunk in read_rejected(d).column("id").chunks)]
@@ -38,6 +40,16 @@ def check_input(inputs: list[str], settings: dict, ids: pa.ChunkedArray, output_
                             f"{num_in[row]} in the input, {num_out[row]} in the output or rejected)")
     report.check(not problems, f"input: each of the {int(num_in.sum()):,} input rows is in the output or "
                  "rejected, once", "input: " + "; ".join(problems))
+
+
+def check_fingerprints(units: list[WorkUnit], output_dirs: list[Path], report: Report) -> None:
+    """Each done unit's input is the file it was embedded from (size and mtime as recorded)."""
+    done = {unit_id: record for d in output_dirs for unit_id, record in completed_units(d).items()}
+    changed = [unit for unit in units if unit.unit_id in done and done[unit.unit_id].get("input")
+               and unit.fingerprint is not None and tuple(done[unit.unit_id]["input"]) != unit.fingerprint]
+    report.check(not changed, "input: every embedded unit's input is as it was when embedded",
+                 f"input: {len(changed)} units' inputs changed since they were embedded (first: {changed[0].unit_id!r}, "
+                 f"{changed[0].path}); run the same index command again to redo them" if changed else "")
 
 
 def id_counts(chunks: list) -> pa.Table:

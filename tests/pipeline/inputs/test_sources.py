@@ -181,6 +181,9 @@ def test_bad_text_reasons():
     assert bad_text_reasons(texts).tolist() == ["", "null", "empty", "whitespace", ""]
 
 
-def test_column_spec_rejects_overlapping_names():
-    with pytest.raises(ValueError):
-        ColumnSpec(text="body", keep=("body",))
+def test_column_spec_rejects_overlapping_names_but_may_keep_the_text():
+    assert ColumnSpec(text="body", keep=("body", "title")).keep == ("body", "title")  # the passage beside its vector
+    for bad in [dict(text="body", id="body"), dict(text="body", id="doc", keep=("doc",)),
+                dict(text="body", keep=("title", "title")), dict(text="", keep=())]:
+        with pytest.raises(ValueError, match="distinct and non-empty"):
+            ColumnSpec(**bad)
