@@ -81,7 +81,7 @@ def build_index(output_dirs: list[Path], index_dir: Path, factory: str = "Flat",
             _write_faiss(index, index_dir / INDEX_FILE, binary)
     meta = {**(extra_meta or {}), "factory": used_factory, "dimension": index.d,
             "metric": "hamming" if binary else "cosine" if cosine else "inner_product",
-            "dtype": _dtype_name(vector_type.value_type), "normalized": normalized,
+            "dtype": _dtype_name(vector_type.value_type),
             "num_rows": num_rows, "id_column": ids_schema.names[0], "duplicate_ids": duplicate_ids,
             "embedpipe_version": version("embedpipe")}
     if search is not None:

@@ -18,6 +18,8 @@ from embedpipe.pipeline.inputs.sources import WorkUnit
 
 # job.json keys that index.json holds with another meaning: its id_column is the column's name, job.json's the option
 INDEX_OWNED_KEYS = ("id_column",)
+# job.json keys that index.json holds under its own name (one key per fact): the job's dim is the index's dimension
+INDEX_NAMES = {"dim": "dimension"}
 
 
 class IndexBuildError(UserError, ValueError):
@@ -57,7 +59,10 @@ def index_outputs(output_dirs: list[Path], index_dir: Path, factory: str, settin
     """Builds the FAISS index of the outputs' completed units into index_dir, unless it is current
     (in_memory: vectors of some unit files, held by the job that wrote them; see build_index)."""
     done = [record for d in output_dirs for record in completed_units(d).values()]
-    extra = {**settings, "num_units": len(done), "units_digest": units_digest(done)}
+    # one key per fact: the job's `dim` is the index's `dimension` (and `metric` says whether the vectors are
+    # normalised at search, "cosine", or were already, "inner_product")
+    extra = {**{k: v for k, v in settings.items() if k not in INDEX_NAMES}, "num_units": len(done),
+             "units_digest": units_digest(done)}
     num_rows = sum(record["num_rows"] for record in done)
     meta_path = Path(index_dir) / INDEX_META_FILE
     if meta_path.is_file():

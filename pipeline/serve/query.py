@@ -40,7 +40,7 @@ def load_index(index_dir: Path, nprobe: int | None = None, ef_search: int | None
 def engine_config_of(meta: dict, device: str) -> EngineConfig:
     """The engine that made the index's embeddings, from the settings recorded in index.json."""
     return EngineConfig(model=meta["model"], device=device, pooling=meta["pooling"],
-                        normalize=meta["normalize"], dim=meta["dim"], output_dtype=meta["dtype"])
+                        normalize=meta["normalize"], dim=meta["dimension"], output_dtype=meta["dtype"])
 
 
 def search(index_dir: Path, text: str, k: int, device: str, prompt: str | None,

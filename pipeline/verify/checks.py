@@ -23,7 +23,7 @@ from embedpipe.pipeline.inputs.column_types import ColumnTypeChange, widen
 from embedpipe.pipeline.output.faiss_index import count_duplicates
 from embedpipe.pipeline.output.manifest import completed_units
 from embedpipe.pipeline.output.layout import EMBEDDINGS_FOLDER, INDEX_FILE, INDEX_IDS_FILE, INDEX_META_FILE, UNITS_FILE
-from embedpipe.pipeline.output.job_files import INDEX_OWNED_KEYS, IncompleteOutputs, read_settings
+from embedpipe.pipeline.output.job_files import INDEX_NAMES, INDEX_OWNED_KEYS, IncompleteOutputs, read_settings
 from embedpipe.pipeline.output.sinks import embedding_type
 from embedpipe.pipeline.verify.inputs import check_input
 from embedpipe.pipeline.verify.report import Report
@@ -133,7 +133,8 @@ def check_index(index_dir: Path, settings: dict, ids: pa.ChunkedArray, report: R
         report.check(False, "", f"index: no index.json in {index_dir} (build it with `embedpipe merge`)")
         return
     meta = json.loads(meta_path.read_text())
-    differing = sorted(key for key, value in settings.items() if key not in INDEX_OWNED_KEYS and meta.get(key) != value)
+    differing = sorted(key for key, value in settings.items()
+                       if key not in INDEX_OWNED_KEYS and meta.get(INDEX_NAMES.get(key, key)) != value)
     report.check(not differing, "index: built with job.json's settings",
                  f"index: index.json differs from job.json in {differing}")
     report.check((meta["dimension"], meta["dtype"]) == (settings["dim"], settings["dtype"]),

@@ -309,6 +309,10 @@ def test_an_int8_job_builds_an_sq8_index_by_default_and_it_finds_each_row(tmp_pa
     assert index(tmp_path / "in", "--output", tmp_path / "out", "--dtype", "int8").exit_code == 0
     meta = json.loads((tmp_path / "out" / "index.json").read_text())
     assert meta["factory"] == "SQ8"
+    # one key per fact: the index's dimension (not also the job's dim), the model's normalize (not also the
+    # index's normalized, which for int8 said False beside it: the metric says "cosine")
+    assert (meta["dimension"], meta["normalize"], meta["metric"]) == (384, True, "cosine")
+    assert "dim" not in meta and "normalized" not in meta
     assert isinstance(faiss.read_index(str(tmp_path / "out" / "index.faiss")), faiss.IndexScalarQuantizer)
     hits = json.loads(invoke("query", texts[33], "--index", tmp_path / "out", "-k", "1", "--json",
                              "--device", "cpu").stdout)
