@@ -55,7 +55,7 @@ def run_job(job: JobConfig, open_embedder: OpenEmbedder | None = None) -> JobRes
         with new_output(job.output), output_lock(job.output, shard=job.shard):
             preparing = time.perf_counter()
             prepared = prepare_job(job, spec, tokenizer)
-            with Progress(expected_rows(prepared.pending), job.quiet) as progress:
+            with Progress(expected_rows(prepared.mine), job.quiet, done_rows=rows_done(prepared)) as progress:
                 startup["prepare_s"] = progress.start - preparing
                 _log_start(progress, prepared)
                 reports = embedder.embed(prepared, progress)
@@ -155,6 +155,7 @@ def finish_job(prepared: PreparedJob, reports: list[EngineReport], progress: Pro
     if startup is not None:
         metrics["startup"] = startup
     write_metrics(job.output, metrics)
+    progress.close()  # the bar's last state first, then the summary, as the last line
     progress.log(summary(metrics, job.output))
     check_all_ended(missing)
     return JobResult(metrics, 3 if metrics["bad_files"] else 0)
@@ -169,6 +170,12 @@ def missing_units(mine: list[WorkUnit], done: dict[str, dict], bad_files: list[d
 def check_all_ended(missing: list[str]) -> None:
     if missing:  # every unit ends done or in a raised error
         raise RuntimeError(f"{len(missing)} units were not completed, with no error (first: {missing[0]})")
+
+
+def rows_done(prepared: PreparedJob) -> int:
+    """Input rows of this run's units done before it (embedded or rejected), where the bar starts."""
+    mine = {unit.unit_id for unit in prepared.mine}
+    return sum(r["num_rows"] + r["num_rejected"] for unit_id, r in prepared.done_before.items() if unit_id in mine)
 
 
 def _log_start(progress: Progress, prepared: PreparedJob) -> None:

@@ -9,11 +9,14 @@ LOG_INTERVAL_S = 10.0
 
 
 class Progress:
-    """Counts rows (of `total_rows` when known) and tokens; shows rows, tokens/s and the ETA."""
+    """Counts rows (of `total_rows` when known) and tokens; shows rows, tokens/s and the ETA.
+
+    done_rows: rows of the job done before this run (a resume): the bar starts there, of the whole total,
+    and the rates and the ETA count this run's rows only."""
 
     def __init__(self, total_rows: int | None, quiet: bool = False, stream=None,
-                 interval_s: float = LOG_INTERVAL_S):
-        self.total_rows, self.quiet, self.interval_s = total_rows, quiet, interval_s
+                 interval_s: float = LOG_INTERVAL_S, done_rows: int = 0):
+        self.total_rows, self.quiet, self.interval_s, self.done_rows = total_rows, quiet, interval_s, done_rows
         self.stream = stream or sys.stderr
         self.num_rows = self.num_tokens = 0
         self.start = self._last_log = time.perf_counter()
@@ -38,7 +41,7 @@ class Progress:
         self._bar = Bar(TextColumn("rows"), BarColumn(), MofNCompleteColumn(),
                         TextColumn("{task.fields[rate]}"), TextColumn("ETA"), TimeRemainingColumn(),
                         console=Console(file=self.stream), refresh_per_second=4)
-        self._task = self._bar.add_task("index", total=self.total_rows, rate="")
+        self._task = self._bar.add_task("index", total=self.total_rows, completed=self.done_rows, rate="")
         self._bar.start()
 
     @property
@@ -49,7 +52,8 @@ class Progress:
         self.num_rows += rows
         self.num_tokens += tokens
         if self._bar is not None:
-            self._bar.update(self._task, completed=self.num_rows, rate=f"{self._tokens_per_s():,.0f} tokens/s")
+            self._bar.update(self._task, completed=self.done_rows + self.num_rows,
+                             rate=f"{self._tokens_per_s():,.0f} tokens/s")
         elif not self.quiet and time.perf_counter() - self._last_log >= self.interval_s:
             self._last_log = time.perf_counter()
             self.log(self.status())
@@ -60,14 +64,15 @@ class Progress:
     def status(self) -> str:
         """One line: rows (of total), tokens/s, rows/s and the ETA when the total is known."""
         rows_per_s = self.num_rows / max(self.seconds, 1e-9)
-        line = f"{self.num_rows:,}"
+        done = self.done_rows + self.num_rows
+        line = f"{done:,}"
         if self.total_rows:
-            line += f"/{self.total_rows:,} rows ({100 * self.num_rows / self.total_rows:.0f}%)"
+            line += f"/{self.total_rows:,} rows ({100 * done / self.total_rows:.0f}%)"
         else:
             line += " rows"
         line += f", {self._tokens_per_s():,.0f} tokens/s, {rows_per_s:,.0f} rows/s"
         if self.total_rows and rows_per_s > 0:
-            left_s = max(self.total_rows - self.num_rows, 0) / rows_per_s
+            left_s = max(self.total_rows - done, 0) / rows_per_s
             line += f", ETA {timedelta(seconds=round(left_s))}"
         return line
 
