@@ -11,7 +11,6 @@ from typing import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.dataset as pds
 import pyarrow.parquet as pq
 
 from embedpipe.kernels.output_dtypes import output_dtype
@@ -189,14 +188,15 @@ class RejectedWriter(_CommitOnExit):
         self._file: AtomicParquetWriter | None = None
 
     def write(self, ids: pa.Array, reasons: Sequence[str]) -> None:
-        """Appends rows: ids (any type, stored as strings) and their rejection reasons."""
+        """Appends rows: ids (in the input's id type, as the embeddings keep them) and their rejection reasons."""
         if len(ids) != len(reasons):
             raise ValueError("ids and reasons must have the same length")
         if not len(ids):
             return
-        self._file = self._file or AtomicParquetWriter(self.path, REJECTED_SCHEMA)
+        if self._file is None:
+            self._file = AtomicParquetWriter(self.path, REJECTED_SCHEMA.set(0, pa.field("id", ids.type)))
         unit_ids = pa.array([self.unit_id] * len(ids), pa.string())
-        self._file.write_batch([ids.cast(pa.string()), unit_ids, pa.array(reasons, pa.string())])
+        self._file.write_batch([ids.cast(self._file.schema.field(0).type), unit_ids, pa.array(reasons, pa.string())])
         self.num_rows += len(ids)
 
     def close(self) -> None:
@@ -211,9 +211,14 @@ class RejectedWriter(_CommitOnExit):
 
 
 def read_rejected(output_dir: str | Path) -> pa.Table:
-    """All rejected rows of a job (columns id, unit_id, reason); empty when none."""
+    """All rejected rows of a job (columns id, unit_id, reason), the ids in the units' id type promoted
+    across them (as the index's ids: int32 and int64 give int64); empty (string ids) when none."""
     folder = Path(output_dir) / REJECTED_FOLDER
-    if not folder.is_dir():
+    files = sorted(path for path in folder.glob("[!.]*.parquet")) if folder.is_dir() else []  # no temporaries
+    tables = [pq.read_table(path) for path in files]
+    if not tables:
         return REJECTED_SCHEMA.empty_table()
-    # pyarrow.dataset skips hidden temporary files ("." prefix)
-    return pds.dataset(folder, format="parquet", schema=REJECTED_SCHEMA).to_table()
+    try:
+        return pa.concat_tables(tables, promote_options="permissive")
+    except (pa.ArrowTypeError, pa.ArrowInvalid):  # ids of no common type (a job refuses them): as strings
+        return pa.concat_tables([t.set_column(0, "id", t.column(0).cast(pa.string())) for t in tables])

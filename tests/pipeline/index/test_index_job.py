@@ -320,3 +320,10 @@ def test_an_int8_job_builds_an_sq8_index_by_default_and_it_finds_each_row(tmp_pa
     merged = invoke("merge", tmp_path / "out", "--into", tmp_path / "merged")
     assert merged.exit_code == 0, merged.output
     assert json.loads((tmp_path / "merged" / "index.json").read_text())["factory"] == "SQ8"
+
+
+def test_rejected_parquet_keeps_the_inputs_int_ids(tmp_path):
+    write_table(tmp_path / "in" / "t.parquet", id=[10, 11, 12], text=["fine", "", "also fine"])
+    assert index(tmp_path / "in", "--output", tmp_path / "out").exit_code == 0
+    rejected = pq.read_table(tmp_path / "out" / "rejected.parquet")
+    assert rejected.schema.field("id").type == pa.int64() and rejected.column("id").to_pylist() == [11]
