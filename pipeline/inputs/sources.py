@@ -23,6 +23,10 @@ COMPRESSION_SUFFIXES = (".gz", ".bz2", ".zst", ".lz4")
 # a single JSON line / CSV row must fit in one block
 TEXT_BLOCK_BYTES = 16 << 20
 BLANK_PROBE_BYTES = 1 << 16
+# An uncompressed JSONL file is cut into units of about rows_per_unit * this many bytes (64 MiB at the
+# default 65,536 rows), at line ends, so a killed job resumes mid-file; a smaller one is one unit
+JSONL_BYTES_PER_ROW = 1024
+SCAN_BYTES = 16 << 20  # read at a time while planning a JSONL file's ranges
 
 
 class InputError(UserError):
@@ -40,7 +44,9 @@ class UnreadableInputError(InputError):
 class WorkUnit:
     """A resumable slice of one input file.
 
-    parquet: row groups [start, stop); hf: rows [start, stop); jsonl/csv: the whole file (0, -1).
+    parquet: row groups [start, stop); hf: rows [start, stop); jsonl/csv: the whole file (0, -1), or for a
+    large uncompressed JSONL file the bytes [start, stop), whole lines, with first_row the number of lines
+    before them (the rows of derived ids count from it).
     `id_prefix` is the file's path relative to the input argument it was found under.
     `fingerprint`: (bytes, mtime in ns) of the input when it was listed (a dataset folder: summed and
     newest over its files); a unit's completion record keeps it, so a re-run redoes a unit whose
@@ -54,6 +60,12 @@ class WorkUnit:
     stop: int
     id_prefix: str
     fingerprint: tuple[int, int] | None = None
+    first_row: int = 0
+
+    @property
+    def byte_range(self) -> tuple[int, int] | None:
+        """[start, stop) bytes of a JSONL unit that is part of its file; None when the unit is the whole file."""
+        return (self.start, self.stop) if self.format == "jsonl" and self.stop >= 0 else None
 
     def __post_init__(self):  # from JSON or Ray rows a list: a tuple keeps the unit hashable
         if self.fingerprint is not None and not isinstance(self.fingerprint, tuple):
@@ -186,7 +198,34 @@ def _units_of(path: str, fmt: str, prefix: str, rows_per_unit: int) -> list[Work
         return [WorkUnit(f"{prefix}#rows{a}-{min(a + rows_per_unit, num_rows)}", path, fmt, a,
                          min(a + rows_per_unit, num_rows), prefix, stamp)
                 for a in range(0, num_rows, rows_per_unit)]
+    if fmt == "jsonl" and not path.lower().endswith(COMPRESSION_SUFFIXES):
+        ranges = _jsonl_ranges(path, rows_per_unit * JSONL_BYTES_PER_ROW)
+        if len(ranges) > 1:
+            return [WorkUnit(f"{prefix}#bytes{a:012d}-{b:012d}", path, fmt, a, b, prefix, stamp, first_row)
+                    for a, b, first_row in ranges]
     return [WorkUnit(prefix, path, fmt, 0, -1, prefix, stamp)]
+
+
+def _jsonl_ranges(path: str, unit_bytes: int) -> list[tuple[int, int, int]]:
+    """(start, stop, lines before start) of consecutive byte ranges of about unit_bytes, each ending at a
+    line end (the last at the file's end); one pass over the file, counting lines."""
+    ranges, start, lines, lines_at_start, offset = [], 0, 0, 0, 0
+    with _guarded(path, lambda: open(path, "rb")) as file:
+        while block := file.read(SCAN_BYTES):
+            position = 0
+            while offset + len(block) - start >= unit_bytes:  # a cut falls in this block: at the next line end
+                cut = block.find(b"\n", max(position, start + unit_bytes - offset - 1))
+                if cut < 0:
+                    break
+                lines += block.count(b"\n", position, cut + 1)
+                position = cut + 1
+                ranges.append((start, offset + position, lines_at_start))
+                start, lines_at_start = offset + position, lines
+            lines += block.count(b"\n", position)
+            offset += len(block)
+    if offset > start:
+        ranges.append((start, offset, lines_at_start))
+    return ranges
 
 
 def input_fingerprint(path: str) -> tuple[int, int]:
@@ -340,17 +379,29 @@ def _group_starts(metadata: pq.FileMetaData) -> np.ndarray:
 
 
 def _open_jsonl(unit: WorkUnit, columns: ColumnSpec, batch_rows: int, rows=None):
-    if _is_blank(unit.path):
-        return _blank_schema(columns), iter(()), 0
+    source = _jsonl_source(unit)
+    if _is_blank(source()):
+        return _blank_schema(columns), iter(()), unit.first_row
     read_options = pj.ReadOptions(block_size=TEXT_BLOCK_BYTES)
-    reader = pj.open_json(unit.path, read_options=read_options)
+    reader = pj.open_json(source(), read_options=read_options)
     text_field = reader.schema.field(columns.text) if columns.text in reader.schema.names else None
     if text_field is not None and pa.types.is_null(text_field.type) and columns.token_ids is None:
         # all null in the first block: type it as string so later strings do not fail the read
         parse_options = pj.ParseOptions(explicit_schema=pa.schema([(columns.text, pa.string())]),
                                         unexpected_field_behavior="infer")
-        reader = pj.open_json(unit.path, read_options=read_options, parse_options=parse_options)
-    return reader.schema, reader, 0
+        reader = pj.open_json(source(), read_options=read_options, parse_options=parse_options)
+    return reader.schema, reader, unit.first_row
+
+
+def _jsonl_source(unit: WorkUnit):
+    """() -> what pyarrow reads: the file's path, or a buffer of the unit's byte range (a new one per call)."""
+    if unit.byte_range is None:
+        return lambda: unit.path
+    start, stop = unit.byte_range
+    with open(unit.path, "rb") as file:
+        file.seek(start)
+        data = file.read(stop - start)
+    return lambda: pa.BufferReader(data)
 
 
 def _open_csv(unit: WorkUnit, columns: ColumnSpec, batch_rows: int, rows=None):
@@ -364,9 +415,9 @@ def _open_csv(unit: WorkUnit, columns: ColumnSpec, batch_rows: int, rows=None):
     return reader.schema, reader, 0
 
 
-def _is_blank(path: str) -> bool:
-    """Whether a JSONL / CSV file (compressed or not) holds nothing but whitespace: zero rows, not an error."""
-    with pa.input_stream(path, compression="detect") as stream:
+def _is_blank(path) -> bool:
+    """Whether a JSONL / CSV file (compressed or not; or a buffer) holds nothing but whitespace: zero rows."""
+    with (pa.input_stream(path, compression="detect") if isinstance(path, str) else path) as stream:
         head = stream.read(BLANK_PROBE_BYTES)
     return len(head) < BLANK_PROBE_BYTES and not head.strip()
 

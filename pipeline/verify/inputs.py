@@ -17,7 +17,7 @@ READ_ROWS = 65536
 
 def check_input(inputs: list[str], settings: dict, ids: pa.ChunkedArray, output_dirs: list[Path],
                 report: Report) -> None:
-    """Compares id counts (as strings: rejected.parquet stores ids so) of the input and the output."""
+    """Compares id counts (as strings: CSV ids are strings, other inputs' may not be) of the input and the output."""
     units = list_units(list(inputs), settings["rows_per_unit"])
     listed = set().union(*(json.loads((d / UNITS_FILE).read_text())["units"] for d in output_dirs
                            if (d / UNITS_FILE).is_file()))

@@ -98,3 +98,26 @@ def test_killed_runs_resume_to_the_uninterrupted_output(corpus, full_run, tmp_pa
     assert not [p for p in os.listdir(output / "embeddings") if p.startswith(".")], "temporary files left"
     metrics = json.loads((output / "metrics.json").read_text())
     assert metrics["units"]["done"] == 24 and metrics["output_rows"] == 1200 and metrics["rows"] < 1200
+
+
+def test_a_killed_jsonl_job_resumes_mid_file_to_the_uninterrupted_output(tmp_path):
+    """A large JSONL file is cut into byte ranges: the resume redoes only the ranges not done."""
+    texts = variant_texts(600)
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.jsonl").write_text("".join(json.dumps({"id": 5000 + i, "text": t}) + "\n"
+                                                     for i, t in enumerate(texts)))
+    options = ["--device", "cpu", "--rows-per-unit", "5", "--max-batch-tokens", "2048", "--workers", "1", "--quiet"]
+    reference = run_index(tmp_path / "in", "--output", tmp_path / "whole", *options)
+    assert reference.returncode == 0, reference.stderr
+    num_units = len(json.loads((tmp_path / "whole" / "units.json").read_text())["units"])
+    assert num_units >= 8
+    args = [tmp_path / "in", "--output", tmp_path / "out", *options]
+    done_at_kill = kill_after(args, tmp_path / "out", 3)
+    assert 3 <= done_at_kill < num_units
+    result = run_index(*args)
+    assert result.returncode == 0, result.stderr
+    resumed, whole = read_embeddings(tmp_path / "out"), read_embeddings(tmp_path / "whole")
+    assert resumed.column("id").to_pylist() == whole.column("id").to_pylist() == list(range(5000, 5600))
+    assert cosine(vectors_of(resumed), vectors_of(whole)).min() >= 0.9999
+    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert metrics["rows"] < 600 and metrics["output_rows"] == 600

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from embedpipe.pipeline.inputs import sources
-from embedpipe.pipeline.inputs.sources import ColumnSpec, InputError, bad_text_reasons, list_units, read_unit
+from embedpipe.pipeline.inputs.sources import ColumnSpec, InputError, WorkUnit, bad_text_reasons, list_units, read_unit
 
 
 def write_parquet(path, num_rows, row_group_size=10, **extra):
@@ -187,3 +187,21 @@ def test_column_spec_rejects_overlapping_names_but_may_keep_the_text():
                 dict(text="body", keep=("title", "title")), dict(text="", keep=())]:
         with pytest.raises(ValueError, match="distinct and non-empty"):
             ColumnSpec(**bad)
+
+
+def test_a_large_jsonl_file_is_cut_into_ranges_of_whole_lines_that_read_as_the_whole_file(tmp_path):
+    """Byte ranges at line ends, in order, covering the file; derived ids count rows from the file's start."""
+    lines = [json.dumps({"text": f"row {i} " + "x" * (i % 37)}) for i in range(500)]
+    path = tmp_path / "big.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    units = list_units([str(path)], rows_per_unit=4)  # 4 KiB units
+    assert len(units) > 3 and [u.unit_id for u in units] == sorted(u.unit_id for u in units)
+    assert units[0].start == 0 and units[-1].stop == path.stat().st_size
+    assert all(a.stop == b.start for a, b in zip(units, units[1:]))
+    data = path.read_bytes()
+    assert all(data[u.stop - 1:u.stop] == b"\n" for u in units)
+    whole = [row for batch in read_unit(WorkUnit("big.jsonl", str(path), "jsonl", 0, -1, "big.jsonl"),
+                                        ColumnSpec()) for row in batch.to_pylist()]
+    parts = [row for unit in units for batch in read_unit(unit, ColumnSpec()) for row in batch.to_pylist()]
+    assert parts == whole and whole[499]["id"] == "big.jsonl:499"
+    assert list_units([str(path)], rows_per_unit=65536)[0].unit_id == "big.jsonl"  # small for the default: whole
