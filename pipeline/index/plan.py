@@ -18,7 +18,7 @@ from embedpipe.pipeline.inputs.sources import (ColumnSpec, UnreadableInputError,
 from embedpipe.pipeline.output.job_files import check_index_factory, write_unit_list
 from embedpipe.pipeline.output.layout import EMBEDDINGS_FOLDER, TEMPORARY_FOLDERS
 from embedpipe.pipeline.output.manifest import (check_settings, completed_columns, completed_units, drop_units,
-                                                store_settings)
+                                                rename_unit, store_settings)
 from embedpipe.pipeline.text.tokenizer import TextTokenizer, make_tokenizer
 
 
@@ -45,6 +45,8 @@ class InputChanges:
     changed: done units of this run whose input's fingerprint differs now: dropped, and redone.
     relisted: done units not listed any more from a file that still is (rewritten with other row groups,
       so the unit names mean other rows): dropped (a whole job only).
+    renamed: done units listed under another name, with the same rows of an unchanged input (an output
+      of an earlier version, whose unit names were not zero-padded): recorded under the new name.
     removed: done units whose file is no longer among the inputs: kept, unless --prune (a whole job only).
     """
 
@@ -52,6 +54,7 @@ class InputChanges:
     changed: list[dict] = field(default_factory=list)
     relisted: list[dict] = field(default_factory=list)
     removed: list[dict] = field(default_factory=list)
+    renamed: list[tuple[dict, WorkUnit]] = field(default_factory=list)
     pruned: bool = False
 
     @property
@@ -68,10 +71,17 @@ def input_changes(units: list[WorkUnit], mine: list[WorkUnit], done: dict[str, d
         stored = record and record.get("input")  # None: recorded before fingerprints, taken as unchanged
         if stored and unit.fingerprint is not None and tuple(stored) != unit.fingerprint:
             changes.changed.append(record)
-    if whole_job:
-        for unit_id, record in done.items():
-            if unit_id not in listed:
-                (changes.relisted if record["path"] in listed_paths else changes.removed).append(record)
+    by_rows = {(u.path, u.format, u.start, u.stop): u for u in units}
+    for unit_id, record in done.items():
+        if unit_id in listed:
+            continue
+        same = by_rows.get((record["path"], record["format"], record["start"], record["stop"]))
+        stored = record.get("input")
+        if same is not None and same.unit_id not in done and (not stored or tuple(stored) == same.fingerprint):
+            changes.renamed.append((record, same))
+        elif whole_job:
+            (changes.relisted if record["path"] in listed_paths else changes.removed).append(record)
+    changes.new -= sum(unit in mine for _, unit in changes.renamed)
     return changes
 
 
@@ -113,6 +123,8 @@ def plan_units(job: JobConfig, settings: dict, folder: str = EMBEDDINGS_FOLDER,
     mine = units[job.shard_index::job.num_shards]
     done = completed_units(job.output, folder)
     changes = input_changes(units, mine, done, not job.sharded, job.prune)
+    for record, unit in changes.renamed:
+        done[unit.unit_id] = rename_unit(job.output, done.pop(record["unit_id"]), unit)
     drop_units(job.output, changes.dropped, folder)
     dropped = {record["unit_id"] for record in changes.dropped}
     done_before = {unit_id: record for unit_id, record in done.items() if unit_id not in dropped}

@@ -195,7 +195,7 @@ def _units_of(path: str, fmt: str, prefix: str, rows_per_unit: int) -> list[Work
         return [dataclasses.replace(unit, fingerprint=stamp) for unit in _parquet_units(path, prefix, rows_per_unit)]
     if fmt == "hf":
         num_rows = _load_hf(path).num_rows
-        return [WorkUnit(f"{prefix}#rows{a}-{min(a + rows_per_unit, num_rows)}", path, fmt, a,
+        return [WorkUnit(f"{prefix}#rows{a:012d}-{min(a + rows_per_unit, num_rows):012d}", path, fmt, a,
                          min(a + rows_per_unit, num_rows), prefix, stamp)
                 for a in range(0, num_rows, rows_per_unit)]
     if fmt == "jsonl" and not path.lower().endswith(COMPRESSION_SUFFIXES):
@@ -242,18 +242,19 @@ def input_fingerprint(path: str) -> tuple[int, int]:
 
 
 def _parquet_units(path: str, prefix: str, rows_per_unit: int) -> list[WorkUnit]:
-    """Groups consecutive row groups into units of about `rows_per_unit` rows."""
+    """Groups consecutive row groups into units of about `rows_per_unit` rows. Unit names are zero-padded,
+    so they (and the unit files, and the index's rows) sort in input order: rg000002 before rg000010."""
     metadata = _guarded(path, lambda: pq.read_metadata(path))
     units, start, num_rows = [], 0, 0
     for group in range(metadata.num_row_groups):
         group_rows = metadata.row_group(group).num_rows
         if num_rows and num_rows + group_rows > rows_per_unit:
-            units.append(WorkUnit(f"{prefix}#rg{start}-{group}", path, "parquet", start, group, prefix))
+            units.append(WorkUnit(f"{prefix}#rg{start:06d}-{group:06d}", path, "parquet", start, group, prefix))
             start, num_rows = group, 0
         num_rows += group_rows
     if metadata.num_row_groups:
         stop = metadata.num_row_groups
-        units.append(WorkUnit(f"{prefix}#rg{start}-{stop}", path, "parquet", start, stop, prefix))
+        units.append(WorkUnit(f"{prefix}#rg{start:06d}-{stop:06d}", path, "parquet", start, stop, prefix))
     return units
 
 

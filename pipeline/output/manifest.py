@@ -58,6 +58,15 @@ def completed_units(output_dir: str | Path, folder: str = EMBEDDINGS_FOLDER) -> 
     return done
 
 
+def rename_unit(output_dir: str | Path, record: dict, unit: WorkUnit) -> dict:
+    """Records a done unit under the name `unit` has now (same file, same rows: an output of an earlier
+    version, which named units otherwise); returns the new record."""
+    renamed = {**record, "unit_id": unit.unit_id}
+    write_json_atomic(manifest_record(output_dir, unit.unit_id), renamed)
+    manifest_record(output_dir, record["unit_id"]).unlink(missing_ok=True)
+    return renamed
+
+
 def drop_units(output_dir: str | Path, records: list[dict], folder: str = EMBEDDINGS_FOLDER) -> None:
     """Forgets completed units: their record first (no record outlives its file), then their file and
     their rejected rows."""

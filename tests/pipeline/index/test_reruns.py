@@ -92,3 +92,24 @@ def test_a_deleted_input_is_kept_with_a_warning_and_prune_drops_it(tmp_path):
     assert pruned.exit_code == 0 and "dropped (--prune)" in pruned.stderr
     assert sorted(read_embeddings(tmp_path / "out").column("id").to_pylist()) == list(range(20))
     assert SearchIndex.load(tmp_path / "out").meta["num_rows"] == 20
+
+
+def test_unit_names_sort_in_input_order_and_an_older_outputs_names_are_taken_over(tmp_path):
+    """Zero-padded unit names (rg000002 before rg000010); an output whose records use the unpadded names of
+    earlier versions is resumed as it is: its units are renamed, not embedded again."""
+    from embedpipe.pipeline.output.layout import manifest_record
+
+    write_parquet(tmp_path / "in" / "a.parquet", list(range(120)), variant_texts(120), row_group_size=10)
+    assert index(tmp_path / "in", tmp_path / "out", "--rows-per-unit", "10").exit_code == 0
+    names = json.loads((tmp_path / "out" / "units.json").read_text())["units"]
+    assert names == sorted(names) and names[2] == "a.parquet#rg000002-000003" and len(names) == 12
+    for path in sorted((tmp_path / "out" / "manifest").glob("*.json")):  # as an earlier version named them
+        record = json.loads(path.read_text())
+        record["unit_id"] = f"a.parquet#rg{record['start']}-{record['stop']}"
+        path.unlink()
+        manifest_record(tmp_path / "out", record["unit_id"]).write_text(json.dumps(record))
+    before = read_embeddings(tmp_path / "out")
+    rerun = index(tmp_path / "in", tmp_path / "out", "--rows-per-unit", "10")
+    assert rerun.exit_code == 0 and "12 already done, 0 to do" in rerun.stderr, rerun.output
+    assert read_embeddings(tmp_path / "out").equals(before)
+    assert SearchIndex.load(tmp_path / "out").meta["num_rows"] == 120

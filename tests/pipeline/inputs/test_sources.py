@@ -28,7 +28,8 @@ def test_parquet_units_group_row_groups_and_cover_every_row_once(tmp_path):
     write_parquet(tmp_path / "b.parquet", 20)
     units = list_units([str(tmp_path)], rows_per_unit=25)
     assert units == list_units([str(tmp_path)], rows_per_unit=25)
-    assert [u.unit_id for u in units] == ["a.parquet#rg0-2", "a.parquet#rg2-4", "b.parquet#rg0-2"]
+    assert [u.unit_id for u in units] == ["a.parquet#rg000000-000002", "a.parquet#rg000002-000004",
+                                          "b.parquet#rg000000-000002"]
     table = read_all(units, batch_rows=7)
     assert table.column_names == ["id", "text"]
     expected = [f"a.parquet row {i}" for i in range(35)] + [f"b.parquet row {i}" for i in range(20)]
@@ -55,7 +56,7 @@ def test_directory_ignores_unknown_and_hidden_files(tmp_path):
     (tmp_path / "README.txt").write_text("not an input")
     (tmp_path / ".a.parquet.tmp-1").write_text("partial")
     units = list_units([str(tmp_path)])
-    assert [u.unit_id for u in units] == ["a.parquet#rg0-1", "sub/b.jsonl"]
+    assert [u.unit_id for u in units] == ["a.parquet#rg000000-000001", "sub/b.jsonl"]
     assert [u.format for u in units] == ["parquet", "jsonl"]
 
 
@@ -63,7 +64,7 @@ def test_glob_and_duplicates(tmp_path):
     for name in ["x1.parquet", "x2.parquet", "y.parquet"]:
         write_parquet(tmp_path / "d" / name, 2)
     units = list_units([str(tmp_path / "*" / "x*.parquet"), str(tmp_path / "d" / "x1.parquet")])
-    assert [u.unit_id for u in units] == ["d/x1.parquet#rg0-1", "d/x2.parquet#rg0-1"]
+    assert [u.unit_id for u in units] == ["d/x1.parquet#rg000000-000001", "d/x2.parquet#rg000000-000001"]
 
 
 def test_single_file_argument_uses_its_name(tmp_path):
@@ -119,8 +120,8 @@ def test_hf_saved_dataset_and_dataset_dict(tmp_path):
     split = datasets.Dataset.from_dict({"text": ["a", "b"]})
     datasets.DatasetDict({"train": split, "test": split}).save_to_disk(str(tmp_path / "dd"))
     units = list_units([str(tmp_path / "ds"), str(tmp_path / "dd")], rows_per_unit=10)
-    assert [u.unit_id for u in units] == ["ds#rows0-10", "ds#rows10-20", "ds#rows20-25",
-                                          "test#rows0-2", "train#rows0-2"]
+    assert [u.unit_id for u in units] == [f"ds#rows{a:012d}-{b:012d}" for a, b in ((0, 10), (10, 20), (20, 25))] + \
+        [f"{split}#rows{0:012d}-{2:012d}" for split in ("test", "train")]
     table = read_all(units[:3], batch_rows=4)
     assert table.to_pydict() == data
     assert read_all(units[3:4]).column("id").to_pylist() == ["test:0", "test:1"]
