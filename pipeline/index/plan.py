@@ -13,8 +13,8 @@ from embedpipe.kernels.engine import ModelSpec, model_spec
 from embedpipe.kernels.models.model_folder import builtin_models
 from embedpipe.pipeline.config import ConfigError, JobConfig
 from embedpipe.pipeline.inputs.column_types import ColumnTypes
-from embedpipe.pipeline.inputs.sources import (ColumnSpec, UnreadableInputError, WorkUnit, list_units, unit_rows,
-                                              unit_schema)
+from embedpipe.pipeline.inputs.sources import (ColumnSpec, UnreadableInputError, WorkUnit, jsonl_lines, list_units,
+                                              unit_rows, unit_schema)
 from embedpipe.pipeline.output.job_files import check_index_factory, write_unit_list
 from embedpipe.pipeline.output.layout import EMBEDDINGS_FOLDER, TEMPORARY_FOLDERS
 from embedpipe.pipeline.output.manifest import (check_settings, completed_columns, completed_units, drop_units,
@@ -165,7 +165,8 @@ def check_job_types(output: Path | None, units: list[WorkUnit], columns: ColumnS
 
 
 def expected_rows(units: list[WorkUnit]) -> int | None:
-    """Rows in the units, from Parquet footers; None when a unit's size is unknown (JSONL, CSV)."""
+    """Rows in the units, from Parquet footers, dataset slices and JSONL line counts (blank lines count too);
+    None when a unit's size is unknown (CSV, whose values may hold line breaks; compressed JSONL)."""
     total, footers = 0, {}
     for unit in units:
         if unit.format == "hf":
@@ -174,6 +175,8 @@ def expected_rows(units: list[WorkUnit]) -> int | None:
             if unit.path not in footers:
                 footers[unit.path] = pq.read_metadata(unit.path)
             total += sum(footers[unit.path].row_group(g).num_rows for g in range(unit.start, unit.stop))
+        elif (lines := jsonl_lines(unit)) is not None:
+            total += lines
         else:
             return None
     return total

@@ -228,6 +228,20 @@ def _jsonl_ranges(path: str, unit_bytes: int) -> list[tuple[int, int, int]]:
     return ranges
 
 
+def jsonl_lines(unit: WorkUnit) -> int | None:
+    """Non-empty-ended lines of an uncompressed JSONL unit (its rows, but for blank lines), counted in one
+    read; None for a compressed file, whose size is known only once decompressed."""
+    if unit.format != "jsonl" or unit.path.lower().endswith(COMPRESSION_SUFFIXES):
+        return None
+    start, stop = unit.byte_range or (0, os.path.getsize(unit.path))
+    lines, last = 0, b"\n"
+    with open(unit.path, "rb") as file:
+        file.seek(start)
+        while start < stop and (block := file.read(min(SCAN_BYTES, stop - start))):
+            lines, last, start = lines + block.count(b"\n"), block[-1:], start + len(block)
+    return lines + (last != b"\n")  # a last line without its line end
+
+
 def input_fingerprint(path: str) -> tuple[int, int]:
     """(bytes, mtime in ns) of a file; of a dataset folder, its files' summed bytes and newest mtime.
     Any rewrite of an input changes it (an edit in place keeps the size but not the mtime)."""

@@ -9,7 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from embedpipe.pipeline.inputs import sources
-from embedpipe.pipeline.inputs.sources import ColumnSpec, InputError, WorkUnit, bad_text_reasons, list_units, read_unit
+from embedpipe.pipeline.inputs.sources import (ColumnSpec, InputError, WorkUnit, bad_text_reasons, jsonl_lines, list_units,
+                                              read_unit)
 
 
 def write_parquet(path, num_rows, row_group_size=10, **extra):
@@ -206,3 +207,13 @@ def test_a_large_jsonl_file_is_cut_into_ranges_of_whole_lines_that_read_as_the_w
     parts = [row for unit in units for batch in read_unit(unit, ColumnSpec()) for row in batch.to_pylist()]
     assert parts == whole and whole[499]["id"] == "big.jsonl:499"
     assert list_units([str(path)], rows_per_unit=65536)[0].unit_id == "big.jsonl"  # small for the default: whole
+
+
+def test_jsonl_units_know_their_rows_for_the_progress_bar(tmp_path):
+    path = tmp_path / "a.jsonl"
+    path.write_text("\n".join(json.dumps({"text": f"row {i}"}) for i in range(300)))  # no line end at the end
+    units = list_units([str(path)], rows_per_unit=1)  # 1 KiB ranges
+    assert len(units) > 1 and sum(jsonl_lines(u) for u in units) == 300
+    assert jsonl_lines(list_units([str(path)])[0]) == 300
+    (tmp_path / "b.jsonl.gz").write_bytes(b"")
+    assert jsonl_lines(WorkUnit("b", str(tmp_path / "b.jsonl.gz"), "jsonl", 0, -1, "b")) is None
