@@ -199,6 +199,12 @@ def job_config(options: IndexOptions) -> JobConfig:
         raise ConfigError("no output folder: pass --output (or `output` in the config file)")
     if (o.shard_index is None) != (o.num_shards is None):
         raise ConfigError("--shard-index and --num-shards go together")
+    for name in ("max_batch_tokens", "num_shards"):  # 0 read as "not given" and ran the defaults
+        if getattr(o, name) is not None and getattr(o, name) <= 0:
+            raise ConfigError(f"{name.replace('_', '-')} must be positive, not {getattr(o, name)}")
+    output = Path(o.output)
+    if output.exists() and not output.is_dir():
+        raise ConfigError(f"--output {output} is a file; name a folder (new or an earlier run's)")
     if o.overwrite and (o.num_shards or 1) > 1:  # each shard would discard the others' results
         raise ConfigError("--overwrite discards everything in OUTPUT, the other shards' results too; clear "
                           "OUTPUT (or pick a new one) before starting the shards, without --overwrite")

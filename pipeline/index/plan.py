@@ -112,7 +112,8 @@ def plan_units(job: JobConfig, settings: dict, folder: str = EMBEDDINGS_FOLDER,
     types, and check(units) (the index factory against the row count); a job that fails a check leaves
     OUTPUT as it was, so the corrected command is not refused for "other settings"."""
     bad_listing: list[tuple[str, str]] = []
-    units = list_units(list(job.inputs), job.rows_per_unit, bad_listing if job.skip_bad_files else None)
+    units = list_units(list(job.inputs), job.rows_per_unit, bad_listing if job.skip_bad_files else None,
+                       exclude=(str(job.output),))
     afresh = check_settings(job.output, settings, job.overwrite)
     check_job_types(None if afresh else job.output, units, job.columns, folder)
     check(units)

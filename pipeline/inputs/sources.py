@@ -87,6 +87,9 @@ class ColumnSpec:
     token_ids: str | None = None
 
     def __post_init__(self):
+        if "embedding" in (self.id, *self.keep):  # the unit files' vector column
+            raise ValueError("`embedding` names the unit files' vector column: it cannot be the id or a kept "
+                             "column (rename it in the input)")
         names = [self.source, self.id or "id", *(name for name in self.keep if name != self.source or self.token_ids)]
         if not self.text or len(set(names)) != len(names) or len(set(self.keep)) != len(self.keep):
             raise ValueError(f"text (or token ids), id and kept columns must be distinct and non-empty: "
@@ -99,20 +102,23 @@ class ColumnSpec:
 
 
 def list_units(inputs: list[str], rows_per_unit: int = 65536,
-               bad_files: list[tuple[str, str]] | None = None) -> list[WorkUnit]:
+               bad_files: list[tuple[str, str]] | None = None, exclude: tuple[str, ...] = ()) -> list[WorkUnit]:
     """Lists the work units of files, folders (recursed, sorted) and glob patterns, in order.
 
     Inside folders, files with unknown extensions and hidden (`.`/`_`-prefixed) entries are
     ignored; each file is listed once even when reached by several arguments. A file that
     cannot be read raises InputError, or with a `bad_files` list is appended to it as
-    (path, message) and left out.
+    (path, message) and left out. Files under an `exclude` folder (the job's OUTPUT, when it lies inside
+    an input folder: its unit files are no input) are not listed. A folder with no input file, like a
+    pattern that matches none, raises InputError: a job of nothing would "succeed" with no index.
     """
     if rows_per_unit <= 0:
         raise ValueError("rows_per_unit must be positive")
     units: list[WorkUnit] = []
     seen_paths: set[str] = set()
     path_by_prefix: dict[str, str] = {}
-    for path, fmt, prefix in (found for arg in inputs for found in _expand(arg)):
+    excluded = tuple(os.path.realpath(folder) + os.sep for folder in exclude)
+    for path, fmt, prefix in (found for arg in inputs for found in _expand(arg, excluded)):
         real = os.path.realpath(path)
         if real in seen_paths:
             continue
@@ -129,8 +135,16 @@ def list_units(inputs: list[str], rows_per_unit: int = 65536,
     return units
 
 
-def _expand(arg: str) -> list[tuple[str, str, str]]:
-    """(path, format, id_prefix) of every input that `arg` names."""
+def _expand(arg: str, excluded: tuple[str, ...] = ()) -> list[tuple[str, str, str]]:
+    """(path, format, id_prefix) of every input that `arg` names, but those under an excluded folder."""
+    found = [entry for entry in _expand_all(arg) if not os.path.realpath(entry[0]).startswith(excluded)]
+    if not found and os.path.isdir(arg):
+        raise InputError(f"{arg}: the folder holds no input files (.parquet, .jsonl, .csv, optionally "
+                         "compressed, or saved datasets)")
+    return found
+
+
+def _expand_all(arg: str) -> list[tuple[str, str, str]]:
     if os.path.isdir(arg):
         return _walk(arg, arg)
     if os.path.isfile(arg):

@@ -327,3 +327,43 @@ def test_rejected_parquet_keeps_the_inputs_int_ids(tmp_path):
     assert index(tmp_path / "in", "--output", tmp_path / "out").exit_code == 0
     rejected = pq.read_table(tmp_path / "out" / "rejected.parquet")
     assert rejected.schema.field("id").type == pa.int64() and rejected.column("id").to_pylist() == [11]
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--keep-columns", "embedding"], "`embedding` names the unit files' vector column"),
+    (["--id-column", "embedding"], "`embedding` names the unit files' vector column"),
+    (["--max-batch-tokens", "0"], "max-batch-tokens must be positive, not 0"),
+    (["--num-shards", "0", "--shard-index", "0"], "num-shards must be positive, not 0"),
+])
+def test_usage_errors_are_one_line_exit_2_before_any_work(tmp_path, good_file, options, message):
+    result = index(tmp_path / "in", "--output", tmp_path / "out", *options)
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_output_that_is_a_file_and_an_input_folder_without_inputs_are_usage_errors(tmp_path, good_file):
+    (tmp_path / "a-file").write_text("not a folder")
+    result = index(tmp_path / "in", "--output", tmp_path / "a-file")
+    assert result.exit_code == 2 and "is a file; name a folder" in result.stderr
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "notes.txt").write_text("no input here")
+    result = index(tmp_path / "empty", "--output", tmp_path / "out")
+    assert result.exit_code == 2 and "the folder holds no input files" in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_output_inside_the_input_folder_is_not_read_as_input(tmp_path, good_file):
+    for _ in range(2):  # the second run finds OUTPUT's unit files among the inputs' folder
+        result = index(tmp_path / "in", "--output", tmp_path / "in" / "out")
+        assert result.exit_code == 0, result.output
+    assert read_embeddings(tmp_path / "in" / "out").num_rows == 20
+    assert json.loads((tmp_path / "in" / "out" / "units.json").read_text())["units"] == \
+        ["a.parquet#rg000000-000002"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a machine without a CUDA GPU")
+def test_embed_on_cuda_without_a_gpu_is_a_one_line_usage_error():
+    result = invoke("embed", "hello", "--device", "cuda")
+    assert result.exit_code == 2 and "no CUDA GPU" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
