@@ -20,6 +20,12 @@ class ColumnTypeChange(InputError):
 
 def widen(schema: pa.Schema, other: pa.Schema, path: str | Path) -> pa.Schema:
     """The schema both fit; raises ColumnTypeChange naming `path` (other's file) and the column."""
+    for field in other:  # permissive promotion makes int64 of uint64 and int64: ids beyond int64 would not fit
+        if field.name in schema.names and _signs_differ_at_64_bits(schema.field(field.name).type, field.type):
+            raise ColumnTypeChange(
+                f"{path}: column {field.name!r} is {field.type} here but {schema.field(field.name).type} in the "
+                "files before it; no integer type holds both (values beyond int64 need uint64): give the column "
+                "one type in all files of a job")
     try:
         return pa.unify_schemas([schema, other], promote_options="permissive")
     except (pa.ArrowInvalid, pa.ArrowTypeError):
@@ -30,6 +36,10 @@ def widen(schema: pa.Schema, other: pa.Schema, path: str | Path) -> pa.Schema:
                     "the files before it; a column must keep one kind of type (integer, string, ...) in all "
                     "files of a job") from None
         raise
+
+
+def _signs_differ_at_64_bits(a: pa.DataType, b: pa.DataType) -> bool:
+    return pa.uint64() in (a, b) and pa.types.is_signed_integer(b if a == pa.uint64() else a)
 
 
 def _compatible(field: pa.Field, other: pa.Field) -> bool:

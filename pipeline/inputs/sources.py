@@ -482,7 +482,12 @@ def _check_schema(schema: pa.Schema, columns: ColumnSpec, path: str) -> str | No
         raise InputError(f"{path}: token ids column {columns.source!r} has type {source_type}, not a list of integers")
     if not columns.token_ids and not _is_text_type(source_type):
         raise InputError(f"{path}: text column {columns.text!r} has type {source_type}, not a string")
-    return columns.id or ("id" if "id" in schema.names else None)
+    id_name = columns.id or ("id" if "id" in schema.names else None)
+    if id_name is not None and pa.types.is_floating(schema.field(id_name).type):
+        raise InputError(f"{path}: id column {id_name!r} has type {schema.field(id_name).type}; ids are integers or "
+                         "strings, kept exactly (JSON numbers beyond int64 are read as floats, which round them: "
+                         "write such ids as strings)")
+    return id_name
 
 
 def _is_token_ids_type(arrow_type: pa.DataType) -> bool:

@@ -367,3 +367,21 @@ def test_embed_on_cuda_without_a_gpu_is_a_one_line_usage_error():
     result = invoke("embed", "hello", "--device", "cuda")
     assert result.exit_code == 2 and "no CUDA GPU" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_ids_that_cannot_be_kept_exactly_are_refused_naming_the_file(tmp_path):
+    """A JSONL id beyond int64 made every id a float (9223372036854775807 and ...808 became equal); float ids
+    and int64 / uint64 ids across files failed only at the index build, forever."""
+    (tmp_path / "j").mkdir()
+    (tmp_path / "j" / "a.jsonl").write_text('{"id": 9223372036854775807, "text": "a"}\n'
+                                            '{"id": 9223372036854775808, "text": "b"}\n')
+    result = index(tmp_path / "j", "--output", tmp_path / "out-j")
+    assert result.exit_code == 2 and "a.jsonl: id column 'id' has type double" in result.stderr
+    write_table(tmp_path / "f" / "a.parquet", id=[1.5, float("nan")], text=["a", "b"])
+    result = index(tmp_path / "f", "--output", tmp_path / "out-f")
+    assert result.exit_code == 2 and "ids are integers or strings" in result.stderr
+    write_table(tmp_path / "u" / "a.parquet", id=pa.array([1, 2], pa.int64()), text=["a", "b"])
+    write_table(tmp_path / "u" / "b.parquet", id=pa.array([2**63, 2**63 + 1], pa.uint64()), text=["c", "d"])
+    result = index(tmp_path / "u", "--output", tmp_path / "out-u")
+    assert result.exit_code == 2 and "b.parquet: column 'id' is uint64 here but int64" in result.stderr
+    assert not (tmp_path / "out-u").exists()  # refused before anything was embedded
