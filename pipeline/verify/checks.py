@@ -80,27 +80,40 @@ def check_files(files: list[tuple[Path, dict]], settings: dict, report: Report) 
     """Checks each file's rows, dimension, dtype and vectors; returns all ids in order (None: their types clash)."""
     width = output_dtype(settings["dtype"]).width(settings["dim"])
     expected = pa.list_(embedding_type(settings["dtype"]), width)
-    wrong, num_bad, first_bad, id_chunks, schemas = [], 0, None, [], []
+    wrong, num_bad, first_bad, id_chunks, schemas, unreadable = [], 0, None, [], [], []
     for path, record in files:
-        footer = pq.ParquetFile(path)
-        vector_type = footer.schema_arrow.field("embedding").type
+        try:
+            footer = pq.ParquetFile(path)
+            vector_type = footer.schema_arrow.field("embedding").type
+            ids, bad_ids = read_ids_and_bad_vectors(footer)
+        except (pa.ArrowException, OSError, KeyError) as error:  # truncated, overwritten, not Parquet
+            unreadable.append(f"{path}: {first_line(error)}")
+            continue
         if vector_type != expected or footer.metadata.num_rows != record["num_rows"]:
             wrong.append(f"{path.name}: {footer.metadata.num_rows} rows of {vector_type}")
-        ids, bad_ids = read_ids_and_bad_vectors(footer)
         num_bad += len(bad_ids)
         first_bad = first_bad or (f"id {bad_ids[0].as_py()!r} in {path.name}" if len(bad_ids) else None)
         id_chunks.append(ids)
         schemas += [(path, footer.schema_arrow)] if len(ids) else []
+    report.check(not unreadable, "files: every unit file reads",
+                 f"files: {len(unreadable)} unit files cannot be read (first: {unreadable[:1]}); run the same index "
+                 "command with --overwrite, or delete their manifest records and run it again")
     report.check(not wrong, f"files: {len(files):,} files hold their recorded rows of {expected}",
                  f"files: {len(wrong)} files differ from their records or from {expected} (first: {wrong[:1]})")
     report.check(not num_bad, "vectors: no NaN or all-zero vector",
                  f"vectors: {num_bad:,} NaN or all-zero vectors (first: {first_bad})")
-    try:
-        id_type = common_id_type(schemas)
+    if unreadable:
+        return None  # the index cannot be compared with embeddings that cannot be read
+    try:  # a job of zero rows: the files' own id type
+        id_type = common_id_type(schemas) if schemas else (id_chunks[0].type if id_chunks else pa.string())
     except ColumnTypeChange as error:
         report.check(False, "", f"files: {error}")
         return None
     return pa.chunked_array([ids.cast(id_type) for ids in id_chunks], type=id_type)
+
+
+def first_line(error: Exception) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
 def common_id_type(schemas: list[tuple[Path, pa.Schema]]) -> pa.DataType:
@@ -127,12 +140,21 @@ def read_ids_and_bad_vectors(footer: pq.ParquetFile) -> tuple[pa.Array, pa.Array
 
 
 def check_index(index_dir: Path, settings: dict, ids: pa.ChunkedArray, report: Report) -> None:
-    """index.json, index.faiss and index_ids.parquet against the embeddings and job.json."""
+    """index.json, index.faiss and index_ids.parquet against the embeddings and job.json; a file that is
+    missing or cannot be read is a FAIL naming it."""
     meta_path = index_dir / INDEX_META_FILE
     if not meta_path.is_file():
         report.check(False, "", f"index: no index.json in {index_dir} (build it with `embedpipe merge`)")
         return
-    meta = json.loads(meta_path.read_text())
+    try:
+        _check_index_files(index_dir, settings, ids, report)
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError, pa.ArrowException) as error:
+        report.check(False, "", f"index: cannot read the index in {index_dir} ({type(error).__name__}: "
+                                f"{first_line(error)}); build it again with `embedpipe merge`")
+
+
+def _check_index_files(index_dir: Path, settings: dict, ids: pa.ChunkedArray, report: Report) -> None:
+    meta = json.loads((index_dir / INDEX_META_FILE).read_text())
     differing = sorted(key for key, value in settings.items()
                        if key not in INDEX_OWNED_KEYS and meta.get(INDEX_NAMES.get(key, key)) != value)
     report.check(not differing, "index: built with job.json's settings",
@@ -155,5 +177,8 @@ def check_index(index_dir: Path, settings: dict, ids: pa.ChunkedArray, report: R
 def read_faiss_count(index_dir: Path, meta: dict) -> int:
     import faiss
 
+    path = index_dir / INDEX_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"no {INDEX_FILE}")
     read = faiss.read_index_binary if meta["metric"] == "hamming" else faiss.read_index
-    return read(str(index_dir / INDEX_FILE)).ntotal
+    return read(str(path)).ntotal

@@ -110,3 +110,38 @@ def test_not_an_output_and_a_running_job(good, tmp_path):
     with output_lock(output):  # what a running index job holds
         result = verify(output)
     assert result.exit_code == 4 and "is being written by another run (pid" in result.stderr
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("truncate-unit", "unit files cannot be read"),
+    ("remove-faiss", "no index.faiss"),
+    ("corrupt-index-json", "cannot read the index"),
+])
+def test_damaged_outputs_fail_naming_what_not_crash(good, tmp_path, damage, message):
+    """verify prints FAIL for every damaged output (it crashed with ArrowInvalid / FileNotFoundError / a
+    JSON error), exit 1."""
+    inputs, output = good
+    damaged = tmp_path / "out"
+    shutil.copytree(output, damaged)
+    if damage == "truncate-unit":
+        _, path, _ = a_unit(damaged)
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    elif damage == "remove-faiss":
+        (damaged / "index.faiss").unlink()
+    else:
+        (damaged / "index.json").write_text('{"factory": "Flat", "num_rows": ')
+    result = verify(damaged)
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output and message in result.stdout
+
+
+def test_a_valid_job_of_zero_rows_passes(tmp_path, tiny_model):
+    """Inputs with zero rows make a valid, empty output (verify crashed: a cast from string to null)."""
+    (tmp_path / "in").mkdir()
+    pq.write_table(pa.table({"id": pa.array([], pa.string()), "text": pa.array([], pa.string())}),
+                   tmp_path / "in" / "empty.parquet")
+    result = CliRunner().invoke(app, ["index", str(tmp_path / "in"), "--output", str(tmp_path / "out"), "--model",
+                                      str(tiny_model), "--device", "cpu", "--quiet"])
+    assert result.exit_code == 0, result.output
+    checked = verify(tmp_path / "out", "--input", tmp_path / "in")
+    assert checked.exit_code == 0, checked.output
