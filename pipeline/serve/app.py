@@ -72,6 +72,8 @@ class ServeConfig:
         for name in ("max_inputs", "max_queue", "tokenizer_threads", "http_workers", "max_in_flight"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
+        if not 0 <= self.port <= 65535:  # a larger one listened on port % 65536 while announcing this one
+            raise ValueError(f"port must be between 0 and 65535, not {self.port}")
         if self.max_input_tokens is not None and self.max_input_tokens < 1:
             raise ValueError(f"max_input_tokens must be at least 1, not {self.max_input_tokens}")
         if self.request_timeout <= 0:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import signal
+import socket
 import sys
 from pathlib import Path
 from typing import Callable
@@ -45,6 +46,8 @@ def run_server(config: ServeConfig, announce: Callable[[str], None] = lambda lin
     """Loads the model (and index), warms up, and serves until SIGTERM / SIGINT, then drains. announce(line)
     is called once the server listens (the CLI prints it). Raises UserError for a model or index that cannot
     be loaded, JobFault when an HTTP process dies."""
+    # the one HTTP process's port is taken before the model loads: a busy port fails at once, in one line
+    listener = _bind(config.host, config.port) if config.http_workers == 1 else None
     try:
         # the engine keeps a pinned slot per batch the scheduler has in flight (and one more)
         engine = Engine(dataclasses.replace(config.engine, max_in_flight=config.max_in_flight))
@@ -65,6 +68,19 @@ def run_server(config: ServeConfig, announce: Callable[[str], None] = lambda lin
     for sig in (signal.SIGINT, signal.SIGTERM):
         # uvicorn re-raises the signal after a graceful shutdown, under the handler found at start: exit 0
         signal.signal(sig, lambda *_: None)
+    port = listener.getsockname()[1]  # --port 0: the one the system chose
     DrainingUvicorn(uv_config, server, lambda: announce(
-        f"serving {config.engine.model} on http://{config.host}:{config.port} "
-        f"({engine.device}, dimension {engine.output.dim})")).run()
+        f"serving {config.engine.model} on http://{config.host}:{port} "
+        f"({engine.device}, dimension {engine.output.dim})")).run(sockets=[listener])
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port (no SO_REUSEPORT: a second server on the port must fail, not share it)."""
+    listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind((host, port))
+    except OSError as error:
+        listener.close()
+        raise UserError(f"cannot listen on {host}:{port}: {error.strerror or error}") from error
+    return listener

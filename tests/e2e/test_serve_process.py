@@ -90,11 +90,27 @@ def admitted_all(url: str, num_requests: int) -> bool:
     (["--device", "tpu"], "--device must be"),
     (["--max-input-tokens", "1000"], "more than the model's max_seq_length 256"),
     (["--http-workers", "2", "--port", "0"], "--port 0 (any free port) needs --http-workers 1"),
+    (["--port", "99999"], "port must be between 0 and 65535, not 99999"),
 ])
 def test_start_up_errors_exit_2_with_a_message(args, message):
     result = subprocess.run([sys.executable, "-m", "embedpipe.cli.main", "serve", "--device", "cpu", *args],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
+def test_a_busy_port_is_a_one_line_exit_2_before_the_model_loads():
+    """It exited 3 after "Application shutdown complete."."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        started = time.perf_counter()
+        result = subprocess.run([sys.executable, "-m", "embedpipe.cli.main", "serve", "--device", "cpu", "--port",
+                                 str(port)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and time.perf_counter() - started < 30
 
 
 def test_a_dead_http_process_stops_the_server_with_its_cause_and_leaves_no_process(tmp_path):
