@@ -3,6 +3,7 @@ settings OUTPUT keeps (job.json), the units listed and sharded, their column typ
 ones skipped."""
 from __future__ import annotations
 
+import glob
 from dataclasses import dataclass, field
 from typing import Callable
 from pathlib import Path
@@ -16,7 +17,8 @@ from embedpipe.pipeline.inputs.column_types import ColumnTypes
 from embedpipe.pipeline.inputs.sources import (ColumnSpec, UnreadableInputError, WorkUnit, jsonl_lines, list_units,
                                               unit_rows, unit_schema)
 from embedpipe.pipeline.output.job_files import check_index_factory, write_unit_list
-from embedpipe.pipeline.output.layout import EMBEDDINGS_FOLDER, TEMPORARY_FOLDERS
+from embedpipe.pipeline.output.layout import (EMBEDDINGS_FOLDER, REJECTED_FOLDER, TEMPORARY_FOLDERS, TOKENS_FOLDER,
+                                              manifest_record, unit_file)
 from embedpipe.pipeline.output.manifest import (check_settings, completed_columns, completed_units, drop_units,
                                                 rename_unit, store_settings)
 from embedpipe.pipeline.text.tokenizer import TextTokenizer, make_tokenizer
@@ -118,10 +120,11 @@ def plan_units(job: JobConfig, settings: dict, folder: str = EMBEDDINGS_FOLDER,
     check_job_types(None if afresh else job.output, units, job.columns, folder)
     check(units)
     store_settings(job.output, settings, afresh)
-    if not job.sharded:
-        remove_temporaries(job.output)  # left by a killed run; nobody else writes here
-    write_unit_list(job.output, units)
     mine = units[job.shard_index::job.num_shards]
+    # left by a killed run: a whole job's anywhere (nobody else writes here), a shard's of its own units
+    # (it holds their shard's lock; the other shards may be writing theirs)
+    remove_temporaries(job.output, None if not job.sharded else [unit.unit_id for unit in mine])
+    write_unit_list(job.output, units)
     done = completed_units(job.output, folder)
     changes = input_changes(units, mine, done, not job.sharded, job.prune)
     for record, unit in changes.renamed:
@@ -183,8 +186,16 @@ def expected_rows(units: list[WorkUnit]) -> int | None:
     return total
 
 
-def remove_temporaries(output: Path) -> None:
-    """Deletes the hidden temporary files of writers that never finished."""
-    for folder in TEMPORARY_FOLDERS:
-        for path in (output / folder).glob(".*.tmp-*"):
-            path.unlink(missing_ok=True)
+def remove_temporaries(output: Path, unit_ids: list[str] | None = None) -> None:
+    """Deletes the hidden temporary files of writers that never finished: all of them, or those of `unit_ids`'
+    files (sinks.temporary_path names them .<final name>.tmp-<pid>-...)."""
+    if unit_ids is None:
+        for folder in TEMPORARY_FOLDERS:
+            for path in (output / folder).glob(".*.tmp-*"):
+                path.unlink(missing_ok=True)
+        return
+    for unit_id in unit_ids:
+        finals = [unit_file(output, folder, unit_id) for folder in (EMBEDDINGS_FOLDER, TOKENS_FOLDER, REJECTED_FOLDER)]
+        for final in [*finals, manifest_record(output, unit_id)]:
+            for path in final.parent.glob(f".{glob.escape(final.name)}.tmp-*"):
+                path.unlink(missing_ok=True)

@@ -12,7 +12,7 @@ from embedpipe.kernels.output_dtypes import output_dtype
 from embedpipe.pipeline.errors import UserError
 from embedpipe.pipeline.output.faiss_index import build_index, new_index
 from embedpipe.pipeline.output.manifest import completed_units, write_json_atomic
-from embedpipe.pipeline.output.layout import INDEX_META_FILE, METRICS_FILE, REJECTED_FILE, SETTINGS_FILE, UNITS_FILE
+from embedpipe.pipeline.output.layout import INDEX_FILE_NAMES, INDEX_META_FILE, METRICS_FILE, REJECTED_FILE, SETTINGS_FILE, UNITS_FILE
 from embedpipe.pipeline.output.sinks import AtomicParquetWriter, read_rejected
 from embedpipe.pipeline.inputs.sources import WorkUnit
 
@@ -113,6 +113,9 @@ def merge_outputs(output_dirs: list[Path], index_dir: Path, factory: str | None 
     if not allow_incomplete:
         _check_complete(output_dirs)
     Path(index_dir).mkdir(parents=True, exist_ok=True)
+    for name in INDEX_FILE_NAMES:  # a killed merge's (the caller holds index_dir's lock: nobody else writes them)
+        for path in Path(index_dir).glob(f".{name}.tmp-*"):
+            path.unlink(missing_ok=True)
     return index_outputs(output_dirs, index_dir, factory, settings)
 
 

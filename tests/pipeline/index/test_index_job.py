@@ -385,3 +385,26 @@ def test_ids_that_cannot_be_kept_exactly_are_refused_naming_the_file(tmp_path):
     result = index(tmp_path / "u", "--output", tmp_path / "out-u")
     assert result.exit_code == 2 and "b.parquet: column 'id' is uint64 here but int64" in result.stderr
     assert not (tmp_path / "out-u").exists()  # refused before anything was embedded
+
+
+def test_a_shards_rerun_removes_its_own_temporaries_and_merge_removes_a_killed_merges(tmp_path):
+    """A killed shard's partial unit files stayed for good (only whole jobs cleaned up), as did a killed
+    merge's index temporaries; a shard leaves the other shards' alone (they may be writing them)."""
+    from embedpipe.pipeline.output.layout import unit_file
+
+    write_corpus(tmp_path / "in", variant_texts(40), num_files=1, row_group_size=10)
+    shard = ["--rows-per-unit", "10", "--num-shards", "2"]
+    assert index(tmp_path / "in", "--output", tmp_path / "out", *shard, "--shard-index", "0").exit_code == 0
+    units = json.loads((tmp_path / "out" / "units.json").read_text())["units"]
+    mine, theirs = unit_file(tmp_path / "out", "embeddings", units[0]), unit_file(tmp_path / "out", "embeddings", units[1])
+    partial_mine = mine.parent / f".{mine.name}.tmp-123-abc"
+    partial_theirs = theirs.parent / f".{theirs.name}.tmp-456-def"
+    partial_mine.write_bytes(b"partial"), partial_theirs.write_bytes(b"partial")
+    assert index(tmp_path / "in", "--output", tmp_path / "out", *shard, "--shard-index", "0").exit_code == 0
+    assert not partial_mine.exists() and partial_theirs.exists()
+    assert index(tmp_path / "in", "--output", tmp_path / "out", *shard, "--shard-index", "1").exit_code == 0
+    stale = tmp_path / "merged" / ".index.faiss.tmp-789-xyz"
+    stale.parent.mkdir()
+    stale.write_bytes(b"partial")
+    assert invoke("merge", tmp_path / "out", "--into", tmp_path / "merged").exit_code == 0
+    assert not stale.exists() and (tmp_path / "merged" / "index.faiss").exists()
