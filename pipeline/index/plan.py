@@ -3,7 +3,6 @@ settings OUTPUT keeps (job.json), the units listed and sharded, their column typ
 ones skipped."""
 from __future__ import annotations
 
-import glob
 from dataclasses import dataclass, field
 from typing import Callable
 from pathlib import Path
@@ -20,7 +19,8 @@ from embedpipe.pipeline.output.job_files import check_index_factory, write_unit_
 from embedpipe.pipeline.output.layout import (EMBEDDINGS_FOLDER, REJECTED_FOLDER, TEMPORARY_FOLDERS, TOKENS_FOLDER,
                                               manifest_record, unit_file)
 from embedpipe.pipeline.output.manifest import (check_settings, completed_columns, completed_units, drop_units,
-                                                rename_unit, store_settings)
+                                                input_changed, rename_unit, store_settings)
+from embedpipe.pipeline.output.sinks import remove_unfinished
 from embedpipe.pipeline.text.tokenizer import TextTokenizer, make_tokenizer
 
 
@@ -68,18 +68,13 @@ def input_changes(units: list[WorkUnit], mine: list[WorkUnit], done: dict[str, d
                   prune: bool) -> InputChanges:
     listed, listed_paths = {u.unit_id: u for u in units}, {u.path for u in units}
     changes = InputChanges(new=sum(u.unit_id not in done for u in mine), pruned=prune and whole_job)
-    for unit in mine:
-        record = done.get(unit.unit_id)
-        stored = record and record.get("input")  # None: recorded before fingerprints, taken as unchanged
-        if stored and unit.fingerprint is not None and tuple(stored) != unit.fingerprint:
-            changes.changed.append(record)
+    changes.changed = [done[u.unit_id] for u in mine if u.unit_id in done and input_changed(done[u.unit_id], u)]
     by_rows = {(u.path, u.format, u.start, u.stop): u for u in units}
     for unit_id, record in done.items():
         if unit_id in listed:
             continue
         same = by_rows.get((record["path"], record["format"], record["start"], record["stop"]))
-        stored = record.get("input")
-        if same is not None and same.unit_id not in done and (not stored or tuple(stored) == same.fingerprint):
+        if same is not None and same.unit_id not in done and not input_changed(record, same):
             changes.renamed.append((record, same))
         elif whole_job:
             (changes.relisted if record["path"] in listed_paths else changes.removed).append(record)
@@ -101,7 +96,8 @@ def prepare_job(job: JobConfig, spec: ModelSpec, tokenizer: TextTokenizer) -> Pr
     settings = job_settings(job, spec, tokenizer)
 
     def check_index(units: list[WorkUnit]) -> None:
-        check_index_factory(job.index_factory, spec.output.width, spec.output.dtype == "binary", expected_rows(units))
+        check_index_factory(job.index_factory, spec.output.width, spec.output.dtype == "binary",
+                            lambda: expected_rows(units))
 
     return PreparedJob(job, spec, tokenizer, settings, *plan_units(job, settings, check=check_index))
 
@@ -191,11 +187,9 @@ def remove_temporaries(output: Path, unit_ids: list[str] | None = None) -> None:
     files (sinks.temporary_path names them .<final name>.tmp-<pid>-...)."""
     if unit_ids is None:
         for folder in TEMPORARY_FOLDERS:
-            for path in (output / folder).glob(".*.tmp-*"):
-                path.unlink(missing_ok=True)
+            remove_unfinished(output / folder)
         return
     for unit_id in unit_ids:
         finals = [unit_file(output, folder, unit_id) for folder in (EMBEDDINGS_FOLDER, TOKENS_FOLDER, REJECTED_FOLDER)]
         for final in [*finals, manifest_record(output, unit_id)]:
-            for path in final.parent.glob(f".{glob.escape(final.name)}.tmp-*"):
-                path.unlink(missing_ok=True)
+            remove_unfinished(final.parent, final.name)

@@ -71,9 +71,8 @@ def build_index(output_dirs: list[Path], index_dir: Path, factory: str = "Flat",
                 sample, queries = _gather(_iter_vectors(files, binary, cosine, {}),
                                           [_training_rows(num_rows, train_size), query_ids])
                 _train(index, sample, used_factory)
-            else:  # HNSW: one more pass, for the queries
-                (queries,) = _gather(_iter_vectors(files, binary, cosine, {}), [query_ids]) if len(query_ids) \
-                    else (np.empty(0),)
+            elif len(query_ids):  # HNSW: one more pass, for the queries
+                queries = _gather(_iter_vectors(files, binary, cosine, {}), [query_ids])[0]
             exact = ExactNeighbours(queries) if len(query_ids) else None
             # the vectors held in memory are let go as they are copied into the index: its memory, not twice
             _add_all(index, _iter_vectors(files, binary, cosine, dict(in_memory or {})), exact)

@@ -7,13 +7,14 @@ import hashlib
 import json
 import re
 from pathlib import Path
+from typing import Callable
 
 from embedpipe.kernels.output_dtypes import output_dtype
 from embedpipe.pipeline.errors import UserError
 from embedpipe.pipeline.output.faiss_index import build_index, new_index
 from embedpipe.pipeline.output.manifest import completed_units, write_json_atomic
 from embedpipe.pipeline.output.layout import INDEX_FILE_NAMES, INDEX_META_FILE, METRICS_FILE, REJECTED_FILE, SETTINGS_FILE, UNITS_FILE
-from embedpipe.pipeline.output.sinks import AtomicParquetWriter, read_rejected
+from embedpipe.pipeline.output.sinks import AtomicParquetWriter, read_rejected, remove_unfinished
 from embedpipe.pipeline.inputs.sources import WorkUnit
 
 # job.json keys that index.json holds with another meaning: its id_column is the column's name, job.json's the option
@@ -86,17 +87,20 @@ def units_digest(records: list[dict]) -> str:
     return hashlib.sha1(json.dumps(keys).encode()).hexdigest()[:16]
 
 
-def check_index_factory(factory: str, width: int, binary: bool, num_rows: int | None = None) -> None:
-    """Fails at once, before hours of embedding, on a factory string FAISS rejects, or (num_rows known: the
-    job's Parquet and dataset inputs) on an IVF index with more clusters than rows to train them."""
+def check_index_factory(factory: str, width: int, binary: bool,
+                        num_rows: Callable[[], int | None] = lambda: None) -> None:
+    """Fails at once, before hours of embedding, on a factory string FAISS rejects, or on an IVF index with
+    more clusters than rows to train them (num_rows(): the inputs' rows, None when unknown; asked for IVF
+    factories only, as counting JSONL lines reads the files)."""
     try:
         new_index(factory, width, binary)
     except ValueError as error:
         raise IndexBuildError(str(error)) from error
     clusters = re.search(r"IVF(\d+)", factory)
-    if clusters and num_rows is not None and num_rows < int(clusters.group(1)):
+    rows = num_rows() if clusters else None
+    if rows is not None and rows < int(clusters.group(1)):
         raise IndexBuildError(f"--index-factory {factory} trains {int(clusters.group(1)):,} clusters, but the inputs "
-                              f"have {num_rows:,} rows; FAISS needs at least one per cluster (about 39 per cluster "
+                              f"have {rows:,} rows; FAISS needs at least one per cluster (about 39 per cluster "
                               f"train well): use fewer clusters, or Flat")
 
 
@@ -114,8 +118,7 @@ def merge_outputs(output_dirs: list[Path], index_dir: Path, factory: str | None 
         _check_complete(output_dirs)
     Path(index_dir).mkdir(parents=True, exist_ok=True)
     for name in INDEX_FILE_NAMES:  # a killed merge's (the caller holds index_dir's lock: nobody else writes them)
-        for path in Path(index_dir).glob(f".{name}.tmp-*"):
-            path.unlink(missing_ok=True)
+        remove_unfinished(Path(index_dir), name)
     return index_outputs(output_dirs, index_dir, factory, settings)
 
 

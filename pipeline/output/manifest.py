@@ -58,6 +58,13 @@ def completed_units(output_dir: str | Path, folder: str = EMBEDDINGS_FOLDER) -> 
     return done
 
 
+def input_changed(record: dict, unit: WorkUnit) -> bool:
+    """Whether the unit's input differs from the one its completion record was embedded from. A record of a
+    version before fingerprints, or a unit without one, counts as unchanged: nothing to tell them apart."""
+    stored = record.get("input")
+    return bool(stored) and unit.fingerprint is not None and tuple(stored) != unit.fingerprint
+
+
 def rename_unit(output_dir: str | Path, record: dict, unit: WorkUnit) -> dict:
     """Records a done unit under the name `unit` has now (same file, same rows: an output of an earlier
     version, which named units otherwise); returns the new record."""

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import glob
 import os
 import tempfile
 import threading
@@ -35,6 +36,14 @@ def temporary_path(final: Path) -> Path:
     finally:
         os.close(handle)
     return Path(name)
+
+
+def remove_unfinished(folder: Path, final_name: str = "*") -> None:
+    """Deletes the temporaries temporary_path made in `folder` for a final file name (default: for any) whose
+    writer never finished; only where nobody else may be writing them."""
+    pattern = "*" if final_name == "*" else glob.escape(final_name)
+    for path in Path(folder).glob(f".{pattern}.tmp-*"):
+        path.unlink(missing_ok=True)
 
 
 _umask_lock = threading.Lock()

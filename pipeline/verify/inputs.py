@@ -9,7 +9,7 @@ import pyarrow as pa
 from embedpipe.pipeline.output.layout import UNITS_FILE
 from embedpipe.pipeline.output.sinks import read_rejected
 from embedpipe.pipeline.inputs.sources import ColumnSpec, WorkUnit, list_units, read_unit
-from embedpipe.pipeline.output.manifest import completed_units
+from embedpipe.pipeline.output.manifest import completed_units, input_changed
 from embedpipe.pipeline.verify.report import Report
 
 READ_ROWS = 65536
@@ -45,8 +45,7 @@ def check_input(inputs: list[str], settings: dict, ids: pa.ChunkedArray, output_
 def check_fingerprints(units: list[WorkUnit], output_dirs: list[Path], report: Report) -> None:
     """Each done unit's input is the file it was embedded from (size and mtime as recorded)."""
     done = {unit_id: record for d in output_dirs for unit_id, record in completed_units(d).items()}
-    changed = [unit for unit in units if unit.unit_id in done and done[unit.unit_id].get("input")
-               and unit.fingerprint is not None and tuple(done[unit.unit_id]["input"]) != unit.fingerprint]
+    changed = [unit for unit in units if unit.unit_id in done and input_changed(done[unit.unit_id], unit)]
     report.check(not changed, "input: every embedded unit's input is as it was when embedded",
                  f"input: {len(changed)} units' inputs changed since they were embedded (first: {changed[0].unit_id!r}, "
                  f"{changed[0].path}); run the same index command again to redo them" if changed else "")
