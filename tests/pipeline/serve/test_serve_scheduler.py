@@ -26,6 +26,18 @@ def run(coroutine_fn, *args):
     return asyncio.run(coroutine_fn(*args))
 
 
+def answer_all(engine, batching: BatcherConfig, jobs_ids: list) -> list:
+    """Submits one request per entry of jobs_ids to a fresh Scheduler at once; their results, within 60 s."""
+    async def main():
+        scheduler = Scheduler(engine, batching)
+        jobs = [scheduler.submit(ids) for ids in jobs_ids]
+        results = await asyncio.wait_for(asyncio.gather(*(job.future for job in jobs)), 60)
+        scheduler.close()
+        return results
+
+    return run(main)
+
+
 def test_concurrent_jobs_match_the_reference_and_share_batches(minilm, texts):
     ids = [s for s in make_tokenizer(minilm).encode(texts)[0] if len(s) <= 48][:90]
     expected = embed_token_ids(minilm, ids)
@@ -164,15 +176,7 @@ class DeviceLikeEngine:
 def test_two_batches_in_flight_while_the_device_is_busy(minilm):
     engine = DeviceLikeEngine(minilm)
     jobs_ids = [sequences(2, 30, seed=i) for i in range(12)]
-
-    async def main():
-        scheduler = Scheduler(engine, BatcherConfig(max_batch_tokens=256, max_batch_seqs=4))
-        jobs = [scheduler.submit(ids) for ids in jobs_ids]
-        results = await asyncio.wait_for(asyncio.gather(*(job.future for job in jobs)), 60)
-        scheduler.close()
-        return results
-
-    results = run(main)
+    results = answer_all(engine, BatcherConfig(max_batch_tokens=256, max_batch_seqs=4), jobs_ids)
     assert engine.max_outstanding == 2  # launched ahead, but never more than two
     for ids, got in zip(jobs_ids, results):
         assert cosine(got, embed_token_ids(minilm, ids)).min() >= 0.9999
@@ -247,15 +251,7 @@ def test_a_batch_out_of_memory_runs_as_halves_and_answers_every_request(minilm, 
     no memory for, as the index job does, instead of failing the requests in it."""
     engine = OutOfMemoryAbove(minilm, max_tokens=128, at=at)
     jobs_ids = [sequences(6, 30, seed=i) for i in range(4)]
-
-    async def main():
-        scheduler = Scheduler(engine, BatcherConfig(max_batch_tokens=1024, max_batch_seqs=32))
-        jobs = [scheduler.submit(ids) for ids in jobs_ids]
-        results = await asyncio.wait_for(asyncio.gather(*(job.future for job in jobs)), 60)
-        scheduler.close()
-        return results
-
-    results = run(main)
+    results = answer_all(engine, BatcherConfig(max_batch_tokens=1024, max_batch_seqs=32), jobs_ids)
     assert engine.num_failed >= 1
     for ids, got in zip(jobs_ids, results):
         assert cosine(got, embed_token_ids(minilm, ids)).min() >= 0.9999
