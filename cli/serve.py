@@ -26,6 +26,10 @@ def serve(model: str = MODEL,
           max_queue: int = typer.Option(512, "--max-queue",
                                          help="Requests queued or running at once, per HTTP process; more get 429."),
           request_timeout: float = typer.Option(30.0, "--request-timeout", help="Seconds per request; then 504."),
+          max_body_bytes: Optional[int] = typer.Option(
+              None, "--max-body-bytes",
+              help="Larger request bodies get 413 (default: room for --max-inputs texts of --max-input-tokens "
+                   "tokens at 16 bytes a token, from 1 MiB to 64 MiB)."),
           max_batch_tokens: int = typer.Option(16384, "--max-batch-tokens", help="Padded tokens per engine batch."),
           tokenizer_threads: int = typer.Option(4, "--tokenizer-threads",
                                                 help="Threads that tokenise requests, per HTTP process."),
@@ -53,7 +57,7 @@ def serve(model: str = MODEL,
         config = ServeConfig(engine=EngineConfig(model=model, device=device), index=index, nprobe=nprobe,
                              ef_search=ef_search, host=host, port=port,
                              max_inputs=max_inputs, max_input_tokens=max_input_tokens, truncate=truncate,
-                             max_queue=max_queue, request_timeout=request_timeout,
+                             max_queue=max_queue, request_timeout=request_timeout, max_body_bytes=max_body_bytes,
                              batching=BatcherConfig(max_batch_tokens=max_batch_tokens),
                              tokenizer_threads=tokenizer_threads, http_workers=http_workers,
                              max_in_flight=max_in_flight)
@@ -63,5 +67,5 @@ def serve(model: str = MODEL,
         run_server(config, lambda line: print(f"embedpipe: {line}", file=sys.stderr, flush=True))
     except USER_ERRORS as e:  # a model or index that cannot be loaded, a port that cannot be listened on
         fail(str(e))
-    except JobFault as e:  # an HTTP process died
+    except JobFault as e:  # an HTTP process died, or the engine thread
         fail(str(e), 1)

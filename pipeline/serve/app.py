@@ -29,7 +29,7 @@ import numpy as np
 import uvicorn
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -38,6 +38,7 @@ from embedpipe.kernels.models.model_folder import ModelFolder
 from embedpipe.kernels.output_dtypes import output_dtype
 from embedpipe.kernels.pooling import OutputSpec
 from embedpipe.pipeline.batching.batcher import BatcherConfig
+from embedpipe.pipeline.errors import JobFault
 from embedpipe.pipeline.serve.query import query_prompt_name
 from embedpipe.pipeline.serve.metrics import Metrics
 from embedpipe.pipeline.serve.protocol import (ApiError, Limits, check_lengths, dumps, embeddings_response, parse_embeddings,
@@ -48,6 +49,19 @@ from embedpipe.pipeline.text.tokenizer import TextTokenizer
 JSON = "application/json"
 OFF_LOOP_VALUES = 1 << 16  # responses with more floats than this are encoded on the thread pool
 SWITCH_INTERVAL_S = 5e-4
+# the default --max-body-bytes: max_inputs texts of max_input_tokens tokens at this many bytes each (English
+# takes ~5, JSON-escaped CJK ~9), between 1 MiB and 64 MiB
+BODY_BYTES_PER_TOKEN = 16
+TOKENIZE_CHUNK_CHARS = 1 << 18  # a request's texts are tokenised in pool tasks of about this many characters
+CLIENT_CLOSED = 499  # the status counted for a request whose client went away (nginx's)
+
+
+class ClientGone(Exception):
+    """The client disconnected before its answer was ready; its work was cancelled."""
+
+
+class EngineFailed(JobFault):
+    """The engine thread stopped on an unexpected error: its requests got 503 and the server stopped."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +81,7 @@ class ServeConfig:
     tokenizer_threads: int = 4  # per HTTP process
     http_workers: int = 1  # HTTP processes; 1: the HTTP server runs in the engine process
     max_in_flight: int = MAX_IN_FLIGHT  # engine batches queued on the device at once
+    max_body_bytes: int | None = None  # larger request bodies get 413; None: default_max_body_bytes
 
     def __post_init__(self):
         for name in ("max_inputs", "max_queue", "tokenizer_threads", "http_workers", "max_in_flight"):
@@ -76,6 +91,8 @@ class ServeConfig:
             raise ValueError(f"port must be between 0 and 65535, not {self.port}")
         if self.max_input_tokens is not None and self.max_input_tokens < 1:
             raise ValueError(f"max_input_tokens must be at least 1, not {self.max_input_tokens}")
+        if self.max_body_bytes is not None and self.max_body_bytes < 1:
+            raise ValueError(f"max_body_bytes must be at least 1, not {self.max_body_bytes}")
         if self.request_timeout <= 0:
             raise ValueError(f"request_timeout must be positive, not {self.request_timeout}")
         if self.engine.output_dtype != "float32":
@@ -111,6 +128,11 @@ class LocalBackend:
         """Finishes every queued job and stops the engine thread."""
         self.scheduler.close()
 
+    @property
+    def failure(self) -> str | None:
+        """Why the engine thread stopped, if it failed (the server then stops too)."""
+        return None if self.scheduler is None else self.scheduler.failure
+
     async def embed(self, sequences: list[list[int]]) -> np.ndarray:
         job = self.scheduler.submit(sequences)
         try:
@@ -139,6 +161,7 @@ class EmbedServer:
             raise ValueError(f"max_input_tokens {max_tokens} is more than the model's max_seq_length {folder.max_seq_length}")
         self.limits = Limits(config.max_inputs, max_tokens, config.truncate, model.output.dim,
                              int(folder.config.get("vocab_size", 1 << 31)))
+        self.max_body_bytes = config.max_body_bytes or default_max_body_bytes(config.max_inputs, max_tokens)
         names = [None, *folder.prompts]  # None: the model's default prompt, as `embedpipe embed`
         self.tokenizers = {name: TextTokenizer(folder.tokenizer_file, max_tokens, folder.prompt(name)) for name in names}
         self.query_tokenizer = self.tokenizers[query_prompt_name(folder, None, None)]
@@ -156,12 +179,14 @@ class EmbedServer:
         self.pool.shutdown()
 
     async def handle(self, endpoint: str, request: Request, work) -> Response:
-        """Runs `work(request) -> bytes` within the queue limit and the timeout; every error becomes JSON."""
+        """Runs `work(body) -> bytes` within the queue limit and the timeout; every error becomes JSON."""
         start = time.perf_counter()
         try:
             status, body = 200, await self._admit(request, work)
         except ApiError as error:
             status, body = error.status, error.body()
+        except ClientGone:  # nobody reads this answer
+            status, body = CLIENT_CLOSED, b""
         self.metrics.answered(endpoint, status, time.perf_counter() - start)
         return Response(body, status, media_type=JSON)
 
@@ -174,13 +199,13 @@ class EmbedServer:
         self.active += 1
         self.metrics.admitted(1)
         try:
-            return await asyncio.wait_for(work(request), self.config.request_timeout)
+            return await asyncio.wait_for(self._run(request, work), self.config.request_timeout)
         except asyncio.TimeoutError:
             raise ApiError(504, f"the request took longer than {self.config.request_timeout:g} s",
                            kind="timeout_error") from None
         except SchedulerClosed as error:
             raise ApiError(503, str(error), kind="unavailable_error") from None
-        except ApiError:
+        except (ApiError, ClientGone):
             raise
         except Exception as error:  # noqa: BLE001 - the engine failed this request; the server goes on
             raise ApiError(500, f"{type(error).__name__}: {error}", kind="server_error") from None
@@ -188,8 +213,42 @@ class EmbedServer:
             self.active -= 1
             self.metrics.admitted(-1)
 
-    async def embeddings(self, request: Request) -> bytes:
-        req = parse_embeddings(await request.body(), self.limits)
+    async def _run(self, request: Request, work) -> bytes:
+        """work(body), cancelled (its queued sequences dropped) as soon as the client disconnects."""
+        body = await self._read_body(request)
+        task = asyncio.ensure_future(work(body))
+        gone = asyncio.ensure_future(_disconnected(request))
+        try:
+            await asyncio.wait((task, gone), return_when=asyncio.FIRST_COMPLETED)
+        finally:  # also on the timeout, which cancels this coroutine
+            gone.cancel()
+            if not task.done():
+                task.cancel()
+                task.add_done_callback(_retrieve)
+        if not task.done():  # cancelled above: the client went first
+            raise ClientGone()
+        return task.result()
+
+    async def _read_body(self, request: Request) -> bytes:
+        limit = self.max_body_bytes
+        too_large = ApiError(413, f"the request body is larger than {limit} bytes (the server's --max-body-bytes)",
+                             kind="invalid_request_error")
+        length = request.headers.get("content-length", "")
+        if length.isdigit() and int(length) > limit:
+            raise too_large  # before reading any of it
+        chunks, size = [], 0
+        try:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise too_large
+                chunks.append(chunk)
+        except ClientDisconnect:
+            raise ClientGone() from None
+        return b"".join(chunks)
+
+    async def embeddings(self, body: bytes) -> bytes:
+        req = parse_embeddings(body, self.limits)
         if req.texts is not None:
             sequences = await self._tokenize(req.texts, req.truncate, self._tokenizer(req.prompt_name))
         else:
@@ -200,10 +259,10 @@ class EmbedServer:
             return await asyncio.get_running_loop().run_in_executor(self.pool, embeddings_response, *args)
         return embeddings_response(*args)
 
-    async def search(self, request: Request) -> bytes:
+    async def search(self, body: bytes) -> bytes:
         if self.model.index_meta is None:
             raise ApiError(404, "this server has no index; start it with --index OUTPUT", kind="not_found_error")
-        req = parse_search(await request.body(), self.limits)
+        req = parse_search(body, self.limits)
         sequences = await self._tokenize(req.queries, req.truncate, self.query_tokenizer)
         queries = index_queries(await self.backend.embed(sequences), self.model.index_meta, self.model.output.normalize)
         hits = await asyncio.get_running_loop().run_in_executor(self.pool, self.backend.search, queries, req.k)
@@ -216,7 +275,13 @@ class EmbedServer:
         return self.tokenizers[prompt_name]
 
     async def _tokenize(self, texts: list[str], truncate: bool, tokenizer: TextTokenizer) -> list[list[int]]:
-        ids, truncated = await asyncio.get_running_loop().run_in_executor(self.pool, tokenizer.encode, texts)
+        """Token ids of the texts, tokenised on the pool in tasks of ~TOKENIZE_CHUNK_CHARS characters, one after the
+        other: a cancelled request stops after the running task, and one request takes one thread at a time."""
+        loop, ids, truncated = asyncio.get_running_loop(), [], []
+        for chunk in chunks_of_chars(texts, TOKENIZE_CHUNK_CHARS, tokenizer.max_text_chars):
+            chunk_ids, chunk_truncated = await loop.run_in_executor(self.pool, tokenizer.encode, chunk)
+            ids += chunk_ids
+            truncated += chunk_truncated
         if not truncate:
             check_lengths([len(s) for s in ids], truncated, self.limits.max_input_tokens)
         return ids
@@ -233,12 +298,42 @@ class EmbedServer:
         return num_tokens
 
     def health(self) -> Response:
+        if self.backend.failure is not None:
+            return Response(dumps({"status": "failed", "error": self.backend.failure}), 503, media_type=JSON)
         if self.draining:
             return Response(dumps({"status": "draining"}), 503, media_type=JSON)
         index_rows = None if self.model.index_meta is None else self.model.index_meta["num_rows"]
         return Response(dumps({"status": "ok", "model": self.model.name, "dimensions": self.limits.dim,
                                "max_input_tokens": self.limits.max_input_tokens, "index_rows": index_rows}),
                         media_type=JSON)
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns when the client disconnects (the body is read: uvicorn's next message is the disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+def _retrieve(task: asyncio.Task) -> None:  # a cancelled request's error is nobody's to report
+    if not task.cancelled():
+        task.exception()
+
+
+def chunks_of_chars(texts: list[str], chunk_chars: int, max_text_chars: int):
+    """texts in consecutive lists of about chunk_chars characters (a text counts at most max_text_chars: no more
+    of it is read)."""
+    start, size = 0, 0
+    for i, text in enumerate(texts):
+        size += min(len(text), max_text_chars)
+        if size >= chunk_chars:
+            yield texts[start:i + 1]
+            start, size = i + 1, 0
+    if start < len(texts):
+        yield texts[start:]
+
+
+def default_max_body_bytes(max_inputs: int, max_input_tokens: int) -> int:
+    return min(max(max_inputs * max_input_tokens * BODY_BYTES_PER_TOKEN, 1 << 20), 64 << 20)
 
 
 def create_app(server: EmbedServer) -> Starlette:
@@ -280,12 +375,14 @@ def index_queries(vectors: np.ndarray, meta: dict, normalize: bool) -> np.ndarra
 
 
 class DrainingUvicorn(uvicorn.Server):
-    """uvicorn, calling `on_listening` once its sockets accept connections and telling the app to refuse
-    new requests (503) as soon as a shutdown signal arrives."""
+    """uvicorn, calling `on_listening` once its sockets accept connections. A shutdown signal starts a drain: new
+    requests get 503 (not a refused or reset connection) while admitted ones finish, up to the request timeout;
+    then uvicorn shuts down. A second signal shuts down at once. A failed engine thread shuts the server down."""
 
     def __init__(self, config: uvicorn.Config, server: EmbedServer, on_listening: Callable[[], None]):
         super().__init__(config)
         self.app_server, self.on_listening = server, on_listening
+        self.drain_started: float | None = None
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
@@ -293,5 +390,17 @@ class DrainingUvicorn(uvicorn.Server):
             self.on_listening()
 
     def handle_exit(self, sig, frame) -> None:
+        if self.drain_started is not None:
+            super().handle_exit(sig, frame)
+            return
         self.app_server.draining = True
-        super().handle_exit(sig, frame)
+        self.drain_started = time.monotonic()
+
+    async def on_tick(self, counter: int) -> bool:  # every 0.1 s
+        server = self.app_server
+        if server.backend.failure is not None:
+            self.should_exit = True
+        elif self.drain_started is not None and (
+                server.active == 0 or time.monotonic() - self.drain_started > server.config.request_timeout):
+            self.should_exit = True
+        return await super().on_tick(counter)

@@ -41,7 +41,8 @@ import uvicorn
 
 from embedpipe.pipeline.config import ConfigError
 from embedpipe.pipeline.errors import JobFault, UserError
-from embedpipe.pipeline.serve.app import SWITCH_INTERVAL_S, DrainingUvicorn, EmbedServer, LocalBackend, ServeConfig, ServedModel, create_app
+from embedpipe.pipeline.serve.app import (SWITCH_INTERVAL_S, DrainingUvicorn, EmbedServer, EngineFailed, LocalBackend,
+                                          ServeConfig, ServedModel, create_app)
 from embedpipe.pipeline.serve.scheduler import Job, SchedulerClosed, settle, settle_in_loop
 from embedpipe.pipeline.util.processes import exit_description, exit_when_parent_dies
 
@@ -141,8 +142,8 @@ def _picklable(error: Exception) -> Exception:
 
 def serve_with_fronts(config: ServeConfig, model: ServedModel, backend: LocalBackend,
                       announce: Callable[[str], None] = lambda line: None) -> None:
-    """Runs the HTTP processes until SIGTERM / SIGINT (then drains them, then the engine) or until one dies
-    (then stops the others, and raises HttpProcessDied)."""
+    """Runs the HTTP processes until SIGTERM / SIGINT (then drains them, then the engine) or until one dies or
+    the engine thread fails (then stops the others, and raises HttpProcessDied or EngineFailed)."""
     listeners = [_listen(config.host, config.port) for _ in range(config.http_workers)]
     backend.start()
     searches = ThreadPoolExecutor(config.tokenizer_threads, thread_name_prefix="embedpipe-search")
@@ -176,9 +177,13 @@ def serve_with_fronts(config: ServeConfig, model: ServedModel, backend: LocalBac
         if stop.is_set():
             break
         dead = [p for p in fronts if p.exitcode is not None]
-        if dead:  # one died: stop the others
+        if dead or backend.failure is not None:  # one died, or the engine thread: stop the others
             on_signal()
         elif not announced and all(bridge.listening.is_set() for bridge in bridges):
+            # each HTTP process holds its socket now: once one closes it, the kernel gives new connections to
+            # the others (or refuses them), instead of queueing them here for a reset when this process exits
+            for listener in listeners:
+                listener.close()
             announce(f"serving {model.name} on http://{config.host}:{config.port} ({backend.engine.device}, "
                      f"dimension {model.output.dim}, {config.http_workers} HTTP processes)")
             announced = True
@@ -193,6 +198,8 @@ def serve_with_fronts(config: ServeConfig, model: ServedModel, backend: LocalBac
     searches.shutdown()
     for listener in listeners:
         listener.close()
+    if backend.failure is not None:
+        raise EngineFailed(backend.failure)
     if dead:
         raise HttpProcessDied(f"HTTP process {dead[0].name} exited ({exit_description(dead[0].exitcode)}); "
                               "the server stopped")
@@ -217,6 +224,8 @@ def _listen(host: str, port: int) -> socket.socket:
 
 class RemoteBackend:
     """The engine process, reached over this process's socket; LocalBackend's interface."""
+
+    failure = None  # the engine process watches its engine thread and stops every HTTP process
 
     def __init__(self, connection: Connection):
         self.connection = connection

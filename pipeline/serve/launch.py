@@ -16,8 +16,8 @@ from embedpipe.kernels.models.model_folder import ModelLoadError
 from embedpipe.pipeline.batching.batcher import BatcherConfig
 from embedpipe.pipeline.batching.embed import embed_token_ids
 from embedpipe.pipeline.errors import UserError
-from embedpipe.pipeline.serve.app import (SWITCH_INTERVAL_S, DrainingUvicorn, EmbedServer, ServeConfig, create_app,
-                                          local_server)
+from embedpipe.pipeline.serve.app import (SWITCH_INTERVAL_S, DrainingUvicorn, EmbedServer, EngineFailed, ServeConfig,
+                                          create_app, local_server)
 from embedpipe.pipeline.serve.fronts import serve_with_fronts
 from embedpipe.pipeline.serve.query import load_index as read_index
 
@@ -45,7 +45,7 @@ def warm_up(engine: Engine, server: EmbedServer, batching: BatcherConfig) -> Non
 def run_server(config: ServeConfig, announce: Callable[[str], None] = lambda line: None) -> None:
     """Loads the model (and index), warms up, and serves until SIGTERM / SIGINT, then drains. announce(line)
     is called once the server listens (the CLI prints it). Raises UserError for a model or index that cannot
-    be loaded, JobFault when an HTTP process dies."""
+    be loaded, JobFault when an HTTP process dies or the engine thread fails."""
     # the one HTTP process's port is taken before the model loads: a busy port fails at once, in one line
     listener = _bind(config.host, config.port) if config.http_workers == 1 else None
     try:
@@ -72,6 +72,9 @@ def run_server(config: ServeConfig, announce: Callable[[str], None] = lambda lin
     DrainingUvicorn(uv_config, server, lambda: announce(
         f"serving {config.engine.model} on http://{config.host}:{port} "
         f"({engine.device}, dimension {engine.output.dim})")).run(sockets=[listener])
+    if server.backend.failure is not None:
+        raise EngineFailed(server.backend.failure)
+
 
 
 def _bind(host: str, port: int) -> socket.socket:

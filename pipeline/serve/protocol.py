@@ -68,6 +68,8 @@ def parse_json(body: bytes) -> dict:
         payload = json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ApiError(400, f"the request body is not valid JSON ({e})") from None
+    except RecursionError:  # arrays or objects nested thousands deep
+        raise ApiError(400, "the request body is nested too deeply") from None
     if not isinstance(payload, dict):
         raise ApiError(400, "the request body must be a JSON object")
     return payload
@@ -102,10 +104,9 @@ def _inputs(value, limits: Limits) -> tuple[list[str] | None, list[list[int]] | 
     """(texts, None) or (None, token id lists) from OpenAI's `input`: a string, strings, token ids or lists of them."""
     if value is None:
         raise ApiError(400, "input is required", "input")
-    if isinstance(value, str):
+    one_list = isinstance(value, list) and bool(value) and _is_number(value[0])
+    if isinstance(value, str) or one_list:
         value = [value]
-    elif isinstance(value, list) and value and all(_is_int(v) for v in value):
-        value = [value]  # one token-id list
     if not isinstance(value, list):
         raise ApiError(400, f"input must be a string, a list of strings or a list of token-id lists, "
                             f"not {type(value).__name__}", "input")
@@ -118,7 +119,9 @@ def _inputs(value, limits: Limits) -> tuple[list[str] | None, list[list[int]] | 
     if odd is not None:
         raise ApiError(400, "input must hold only strings or only token-id lists; "
                             f"input[{odd}] is {type(value[odd]).__name__}", "input")
-    return (_texts(value), None) if kind is str else (None, _token_ids(value, limits))
+    if kind is str:
+        return _texts(value), None
+    return None, _token_ids(value, limits.vocab_size, "input" if one_list else "input[{}]")
 
 
 def _texts(texts: list[str]) -> list[str]:
@@ -128,12 +131,16 @@ def _texts(texts: list[str]) -> list[str]:
     return texts
 
 
-def _token_ids(lists: list[list], limits: Limits) -> list[list[int]]:
+def _token_ids(lists: list[list], vocab_size: int, where: str) -> list[list[int]]:
+    """lists, once each holds only integers in [0, vocab_size); `where` names list i in messages."""
     for i, ids in enumerate(lists):
         if not ids:
-            raise ApiError(400, f"input[{i}] is an empty token-id list", "input")
-        if not all(_is_int(t) and 0 <= t < limits.vocab_size for t in ids):
-            raise ApiError(400, f"input[{i}] must hold integer token ids in [0, {limits.vocab_size})", "input")
+            raise ApiError(400, f"{where.format(i)} is an empty token-id list", "input")
+        # the fast check runs in C (a 2048 x 256 request: ~10 ms; a generator of isinstance calls took ~10x)
+        if set(map(type, ids)) != {int} or min(ids) < 0 or max(ids) >= vocab_size:
+            j, bad = next((j, t) for j, t in enumerate(ids) if not (_is_int(t) and 0 <= t < vocab_size))
+            raise ApiError(400, f"{where.format(i)}[{j}] is {json.dumps(bad)}; token ids are integers in "
+                                f"[0, {vocab_size})", "input")
     return lists
 
 
@@ -162,6 +169,10 @@ def _optional_str(payload: dict, name: str) -> str | None:
 
 def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:  # what a token-id list starts with (a float one is refused by name)
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def check_lengths(lengths: list[int], truncated: list[bool], limit: int) -> None:

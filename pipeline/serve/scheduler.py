@@ -14,6 +14,7 @@ import asyncio
 import concurrent.futures
 import threading
 import time
+import weakref
 from collections import deque
 from dataclasses import dataclass, field
 from functools import partial
@@ -68,8 +69,10 @@ class Scheduler:
         self._in_flight = InFlight(engine, batching.policy, self._batcher.pad_token_id, describe_sequence, max_in_flight)
         self._tokens_batched = 0  # real tokens in the batcher
         self._inbox: deque[Job] = deque()
+        self._batched: weakref.WeakSet[Job] = weakref.WeakSet()  # jobs with sequences in the batcher or in flight
         self._wake = threading.Event()
         self._closing = False
+        self.failed: BaseException | None = None  # what stopped the engine thread, if anything did
         self._thread = threading.Thread(target=self._run, name="embedpipe-engine", daemon=True)
         self._thread.start()
 
@@ -84,7 +87,7 @@ class Scheduler:
     def submit_with(self, sequences: list[list[int]], on_done: Callable[[np.ndarray | Exception], None]) -> Job:
         """From any thread: queues the sequences; `on_done` gets [len(sequences), width] or the error."""
         if self._closing:
-            raise SchedulerClosed("the server is shutting down")
+            raise SchedulerClosed(self.failure or "the server is shutting down")
         out = np.empty((len(sequences), self.engine.output.width), dtype=self.engine.output.numpy_dtype)
         job = Job(sequences, out, on_done)
         self._inbox.append(job)
@@ -98,6 +101,24 @@ class Scheduler:
         self._thread.join(timeout)
 
     def _run(self) -> None:
+        try:
+            self._serve()
+        except BaseException as error:  # a fault outside one batch: every waiting request fails, none waits forever
+            self.failed, self._closing = error, True
+            closed = SchedulerClosed(self.failure)
+            for job in [*self._inbox, *self._batched]:
+                if not job.cancelled and job.remaining:
+                    job.cancel()
+                    job.on_done(closed)
+
+    @property
+    def failure(self) -> str | None:
+        """Why the engine thread stopped, if it failed (the server then stops too)."""
+        if self.failed is None:
+            return None
+        return f"the engine thread failed ({type(self.failed).__name__}: {self.failed}); the server stops"
+
+    def _serve(self) -> None:
         in_flight = self._in_flight
         while True:
             while in_flight and in_flight.oldest_done():
@@ -128,6 +149,7 @@ class Scheduler:
                 return
             ids = job.sequences[job.next_index]
             self._batcher.add(ids, (job, job.next_index))
+            self._batched.add(job)
             job.next_index += 1
             self._tokens_batched += len(ids)
 

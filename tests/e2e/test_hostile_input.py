@@ -194,3 +194,14 @@ def test_100k_character_jsonl_lines_and_a_5_mb_text(tmp_path, tiny_model, refere
     # a 100k-character prefix holds far more than 512 tokens: the whole text's kept tokens
     expected = [row["text"] for row in rows] + [huge[:100_000]]
     assert_embedded_as_the_reference(tmp_path / "out", list(range(6)), expected, reference)
+
+
+def test_a_10_mb_text_of_one_word_is_read_to_the_bound_and_counted_truncated(tmp_path, tiny_model, reference):
+    """No prefix proves such a text's tokens, so the search read it whole (11-48 s a text); it stops at
+    max_text_chars, whose tokens the whole text has too for this WordPiece model (a word past 100 characters
+    is [UNK])."""
+    write(tmp_path / "in" / "a.parquet", id=[0, 1], text=["short", "x" * 10_000_000])
+    result = index(tmp_path / "in", "--output", tmp_path / "out", "--model", tiny_model)
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "out" / "metrics.json").read_text())["truncated_texts"] == 1
+    assert_embedded_as_the_reference(tmp_path / "out", [0, 1], ["short", "x" * 200], reference)

@@ -12,7 +12,8 @@ from embedpipe.kernels.engine import Engine, EngineConfig
 from embedpipe.kernels.models.model_folder import builtin_models
 from embedpipe.pipeline.batching.embed import embed_texts
 from embedpipe.pipeline.text.tokenizer import make_tokenizer
-from embedpipe.pipeline.serve.app import EmbedServer, ServeConfig, local_server
+from embedpipe.pipeline.batching.batcher import BatcherConfig
+from embedpipe.pipeline.serve.app import CLIENT_CLOSED, EmbedServer, ServeConfig, local_server
 from embedpipe.pipeline.serve.launch import load_index
 from support.serve_client import GatedEngine, InProcessServer, embed, metric, vectors, write_index
 
@@ -97,3 +98,81 @@ def test_an_index_of_another_model_is_refused(tmp_path, minilm):
     index = write_index(tmp_path, ["a"], ["t"], vectors, model="/models/another")
     with pytest.raises(ValueError, match="serve it with --model /models/another"):
         load_index(index, minilm)
+
+
+def test_a_body_over_max_body_bytes_gets_413_before_it_is_read_and_the_server_goes_on(minilm):
+    """A 300 MB body was accepted (RSS 1.15 -> 2.05 GB); now the Content-Length, or the bytes streamed so far
+    without one, are held to --max-body-bytes."""
+    server = make_server(minilm, max_body_bytes=10_000)
+    body = json.dumps({"input": "x " * 6_000}).encode()  # 12 kB
+    with InProcessServer(server) as live:
+        declared = httpx.post(live.url + "/v1/embeddings", content=body, headers={"content-type": "application/json"})
+        streamed = httpx.post(live.url + "/v1/embeddings", content=iter([body[:6_000], body[6_000:]]))  # chunked
+        for response in (declared, streamed):
+            assert response.status_code == 413 and "larger than 10000 bytes" in error(response)
+            assert response.json()["error"]["type"] == "invalid_request_error"
+        assert vectors(embed(live.url, input="x " * 100)).shape == (1, 384)
+        assert 'status="413"' in httpx.get(live.url + "/metrics").text
+
+
+def test_the_default_body_limit_holds_max_inputs_texts_of_max_tokens():
+    from embedpipe.pipeline.serve.app import default_max_body_bytes
+    assert default_max_body_bytes(2048, 256) == 2048 * 256 * 16  # 8 MiB: all-MiniLM-L6-v2's largest request
+    assert default_max_body_bytes(1, 8) == 1 << 20 and default_max_body_bytes(2048, 32768) == 64 << 20
+
+
+def send_and_hang_up(url: str, payload: dict) -> None:
+    """A client that sends its whole request, then closes the connection without reading the answer."""
+    import socket
+    import urllib.parse
+    address = urllib.parse.urlsplit(url)
+    body = json.dumps(payload).encode()
+    with socket.create_connection((address.hostname, address.port)) as client:
+        client.sendall(b"POST /v1/embeddings HTTP/1.1\r\nhost: test\r\ncontent-type: application/json\r\n"
+                       + f"content-length: {len(body)}\r\n\r\n".encode() + body)
+        deadline = time.monotonic() + 10
+        while not admitted(url):
+            assert time.monotonic() < deadline, "the request was never admitted"
+            time.sleep(0.01)
+
+
+def admitted(url: str) -> bool:
+    return metric(url, "embedpipe_requests_active") >= 1
+
+
+def test_a_client_that_disconnects_has_its_work_cancelled_and_is_counted_499(minilm, texts):
+    """Its work ran on to the 30 s timeout while a small request waited 28 s behind it, and was counted as 500."""
+    engine = GatedEngine(minilm)  # the engine thread blocks on its first batch until the gate opens
+    server = make_server(engine, batching=BatcherConfig(max_batch_tokens=2048))
+    with InProcessServer(server) as live:
+        send_and_hang_up(live.url, {"input": [texts[i % len(texts)] for i in range(512)]})  # ~40 batches
+        deadline = time.monotonic() + 5
+        while server.active:  # the gate is still shut: only cancelling the request ends it
+            assert time.monotonic() < deadline, "the request of the disconnected client was not cancelled"
+            time.sleep(0.01)
+        engine.gate.set()
+        assert vectors(embed(live.url, input="answered at once")).shape == (1, 384)
+        embedded = sum(len(tags) for tags in engine.batches)
+        assert embedded < 512 // 4, f"{embedded} sequences of the cancelled request were embedded"
+        page = httpx.get(live.url + "/metrics").text
+        assert f'status="{CLIENT_CLOSED}"' in page and 'status="500"' not in page, page
+
+
+def test_an_engine_thread_that_fails_outside_a_batch_fails_every_request_with_503(minilm, monkeypatch):
+    """An exception in the engine thread's own loop killed it silently: every request then waited for the timeout."""
+    server = make_server(minilm)
+    with InProcessServer(server) as live:
+        assert vectors(embed(live.url, input="before")).shape == (1, 384)
+        scheduler = server.backend.scheduler
+
+        def broken_add(*args):
+            raise RuntimeError("injected batcher fault")
+
+        monkeypatch.setattr(scheduler._batcher, "add", broken_add)
+        failed = embed(live.url, input="the fault happens here")
+        after = embed(live.url, input="and after it")
+        for response in (failed, after):
+            assert response.status_code == 503, response.text
+            assert "the engine thread failed (RuntimeError: injected batcher fault)" in error(response)
+        assert httpx.get(live.url + "/health").status_code == 503
+        assert server.backend.failure is not None

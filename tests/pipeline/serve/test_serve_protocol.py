@@ -37,8 +37,11 @@ def test_input_forms(value, texts, token_ids):
     ({"input": 7}, "not int"),
     ({"input": ["a", [1]]}, "only strings or only token-id lists; input[1] is list"),
     ({"input": [{"text": "a"}]}, "input[0] is dict"),
-    ({"input": [[1, 2.5]]}, "integer token ids in [0, 100)"),
-    ({"input": [[1, 100]]}, "integer token ids in [0, 100)"),
+    ({"input": [[1, 2.5]]}, "input[0][1] is 2.5; token ids are integers in [0, 100)"),
+    ({"input": [[1, 100]]}, "input[0][1] is 100; token ids are integers in [0, 100)"),
+    ({"input": [[1], [2, True]]}, "input[1][1] is true; token ids"),
+    ({"input": [11, 7.0, 12]}, "input[1] is 7.0; token ids are integers"),  # was "input[0] is int"
+    ({"input": [7.5]}, "input[0] is 7.5; token ids"),
     ({"input": "a", "dimensions": 17}, "dimensions must be an integer from 1 to 16"),
     ({"input": "a", "dimensions": 0}, "dimensions must be"),
     ({"input": "a", "dimensions": "8"}, "dimensions must be"),
@@ -58,6 +61,12 @@ def test_bad_embeddings_requests_name_the_problem(payload, fragment):
 def test_a_body_that_is_not_a_json_object_is_rejected(body):
     with pytest.raises(ApiError, match="JSON"):
         parse_embeddings(body, LIMITS)
+
+
+def test_a_body_nested_100_000_deep_is_a_400_not_a_crash():  # json.loads raised RecursionError: a 500
+    with pytest.raises(ApiError, match="nested too deeply") as error:
+        parse_embeddings(b'{"input": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", LIMITS)
+    assert error.value.status == 400
 
 
 def test_search_requests():
