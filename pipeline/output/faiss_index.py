@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import errno
+import os
 import json
 import re
 import struct
@@ -269,12 +270,20 @@ def _write_faiss(index, path: Path, binary: bool) -> None:
         with writing(path):
             try:
                 (faiss.write_index_binary if binary else faiss.write_index)(index, str(temporary))
-            except RuntimeError as error:  # FAISS reports a failed write so: "... failed: write error in ... (reason)"
-                raise OSError(errno.EIO, str(error).rsplit("failed: ", 1)[-1]) from error
+            except RuntimeError as error:
+                raise faiss_write_error(error) from error
             commit_file(temporary, path)
     except BaseException:  # a full disk, an interrupt: no temporary is left behind
         temporary.unlink(missing_ok=True)
         raise
+
+
+def faiss_write_error(error: RuntimeError) -> OSError:
+    """FAISS reports a failed write as "... failed: write error in PATH: 0 != 256 (No space left on device)": the
+    OSError with the errno its reason names (a full disk is ENOSPC, as from any other write), else EIO."""
+    reason = str(error).rsplit("failed: ", 1)[-1]
+    named = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EIO)
+    return OSError(next((code for code in named if os.strerror(code) in reason), errno.EIO), reason)
 
 
 class SearchIndex:

@@ -65,12 +65,10 @@ def index_outputs(output_dirs: list[Path], index_dir: Path, factory: str, settin
     extra = {**{k: v for k, v in settings.items() if k not in INDEX_NAMES}, "num_units": len(done),
              "units_digest": units_digest(done)}
     num_rows = sum(record["num_rows"] for record in done)
-    meta_path = Path(index_dir) / INDEX_META_FILE
-    if meta_path.is_file():
-        meta = json.loads(meta_path.read_text())
-        if meta.get("factory") == factory and meta.get("num_rows") == num_rows and \
-                all(meta.get(key) == value for key, value in extra.items() if key not in INDEX_OWNED_KEYS):
-            return meta  # already built from these units with these settings
+    meta = built_index_meta(Path(index_dir))
+    if meta is not None and meta.get("factory") == factory and meta.get("num_rows") == num_rows and \
+            all(meta.get(key) == value for key, value in extra.items() if key not in INDEX_OWNED_KEYS):
+        return meta  # already built from these units with these settings
     normalized = bool(settings["normalize"]) and output_dtype(settings["dtype"]).is_float
     try:
         return build_index(list(output_dirs), Path(index_dir), factory, normalized, extra_meta=extra,
@@ -78,6 +76,18 @@ def index_outputs(output_dirs: list[Path], index_dir: Path, factory: str, settin
     except ValueError as error:
         raise IndexBuildError(f"{error}. The embeddings are complete; build the index again with "
                               f"`embedpipe merge {' '.join(map(str, output_dirs))} --index-factory ...`") from error
+
+
+def built_index_meta(index_dir: Path) -> dict | None:
+    """index.json of the index built in index_dir; None when it, index.faiss or index_ids.parquet is missing, or
+    index.json cannot be read (then the index is built again)."""
+    if not all((index_dir / name).is_file() for name in INDEX_FILE_NAMES):
+        return None
+    try:
+        meta = json.loads((index_dir / INDEX_META_FILE).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return meta if isinstance(meta, dict) else None
 
 
 def units_digest(records: list[dict]) -> str:

@@ -130,10 +130,29 @@ def _mismatch_message(settings_path: Path, old: dict, new: dict) -> str:
 
 
 def completed_columns(output: Path, folder: str = EMBEDDINGS_FOLDER) -> pa.Schema | None:
-    """The id and kept columns of the output's first completed unit with rows (None: none yet).
+    """The id and kept columns of the output's first readable completed unit with rows (None: none yet).
 
     A unit file holds the id, the embedding (or, from `tokenize`, the token ids), then the kept columns."""
     for record in completed_units(output, folder).values():
         if record["num_rows"]:
-            return pq.read_schema(output / folder / record["file_name"]).remove(1)
+            try:
+                return pq.read_schema(output / folder / record["file_name"]).remove(1)
+            except (OSError, pa.ArrowException):  # damaged: damaged_units names it, and its unit is redone
+                continue
     return None
+
+
+def damaged_units(output: Path, records: list[dict], folder: str = EMBEDDINGS_FOLDER) -> dict[str, str]:
+    """unit_id -> what is wrong, for completed units whose file cannot be read or holds another number of
+    rows than its record (truncated, overwritten, or corrupted on disk). Reads each file's footer only."""
+    damaged = {}
+    for record in records:
+        path = output / folder / record["file_name"]
+        try:
+            rows = pq.read_metadata(path).num_rows
+        except (OSError, pa.ArrowException) as error:
+            damaged[record["unit_id"]] = f"{path} cannot be read ({str(error).splitlines()[0]})"
+            continue
+        if rows != record["num_rows"]:
+            damaged[record["unit_id"]] = f"{path} holds {rows} rows, its record {record['num_rows']}"
+    return damaged

@@ -97,9 +97,10 @@ def check_files(files: list[tuple[Path, dict]], settings: dict, report: Report) 
         schemas += [(path, footer.schema_arrow)] if len(ids) else []
     report.check(not unreadable, "files: every unit file reads",
                  f"files: {len(unreadable)} unit files cannot be read (first: {unreadable[:1]}); run the same index "
-                 "command with --overwrite, or delete their manifest records and run it again")
+                 "command again: it redoes their units")
     report.check(not wrong, f"files: {len(files):,} files hold their recorded rows of {expected}",
-                 f"files: {len(wrong)} files differ from their records or from {expected} (first: {wrong[:1]})")
+                 f"files: {len(wrong)} files differ from their records or from {expected} (first: {wrong[:1]}); "
+                 "the same index command redoes units whose files lost rows")
     report.check(not num_bad, "vectors: no NaN or all-zero vector",
                  f"vectors: {num_bad:,} NaN or all-zero vectors (first: {first_bad})")
     if unreadable:

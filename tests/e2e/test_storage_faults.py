@@ -96,6 +96,7 @@ def test_a_full_disk_fails_the_job_cleanly_and_a_rerun_completes(tmp_path, tiny_
     assert result.exit_code == 1, result.output
     assert f"cannot write {tmp_path / 'out'}/{named_file}" in result.stderr
     assert "No space left on device" in result.stderr and "run the same command again" in result.stderr
+    assert "[Errno 28]" in result.stderr, result.stderr  # the HNSW write reported errno 5 (EIO)
     assert "Traceback" not in result.output
     assert len(assert_consistent(tmp_path / "out")) == num_done
     assert not (tmp_path / "out" / "index.faiss").exists()
@@ -127,3 +128,30 @@ def test_real_write_failures_from_a_file_size_limit(tmp_path, tiny_model):
     assert subprocess.run(command, env=FAST_ENV, timeout=300).returncode == 0
     assert read_embeddings(tmp_path / "out").num_rows == 420
     assert invoke("verify", tmp_path / "out", "--input", tmp_path / "in").exit_code == 0
+
+
+@pytest.mark.parametrize("damage", ["truncated to half", "rows lost", "index.json corrupt", "index.faiss missing"])
+def test_a_rerun_repairs_damaged_outputs(tmp_path, tiny_model, damage):
+    """A truncated unit file or a corrupt index.json ended the re-run in a traceback (ArrowInvalid,
+    JSONDecodeError); a unit file that lost rows and a missing index.faiss were taken as done."""
+    write_corpus(tmp_path / "in", variant_texts(80), num_files=2, row_group_size=20)  # 4 units
+    out = tmp_path / "out"
+    args = ["index", tmp_path / "in", "--output", out, "--model", tiny_model, "--device", "cpu", "--rows-per-unit", "20"]
+    assert invoke(*args).exit_code == 0
+    unit = sorted((out / "embeddings").iterdir())[1]
+    if damage == "truncated to half":
+        unit.write_bytes(unit.read_bytes()[:unit.stat().st_size // 2])
+    elif damage == "rows lost":
+        pq.write_table(pq.read_table(unit).slice(0, 5), unit)
+    elif damage == "index.json corrupt":
+        (out / "index.json").write_text("{broken")
+    else:
+        (out / "index.faiss").unlink()
+    assert invoke("verify", out).exit_code == 1
+    result = invoke(*args)
+    assert result.exit_code == 0 and "Traceback" not in result.output, result.output
+    if damage in ("truncated to half", "rows lost"):
+        assert f"1 done units were dropped to be redone: {unit}" in result.stderr, result.stderr
+    verified = invoke("verify", out, "--input", tmp_path / "in")
+    assert verified.exit_code == 0, verified.output
+    assert read_embeddings(out).num_rows == 80 and faiss.read_index(str(out / "index.faiss")).ntotal == 80
