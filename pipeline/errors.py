@@ -14,3 +14,8 @@ class UserError(Exception):
 class JobFault(Exception):
     """The machine failed the work, not its input: a worker or engine process died, a text does not fit
     the device, a write failed (exit code 1); a job's completed units are kept."""
+
+
+def one_line(error: BaseException) -> str:
+    """An error's message on one line (pyarrow's and FAISS's span several), or its type's name when it has none."""
+    return " ".join(line.strip() for line in str(error).splitlines() if line.strip()) or type(error).__name__

@@ -14,7 +14,7 @@ import pyarrow.csv as pcsv
 import pyarrow.json as pj
 import pyarrow.parquet as pq
 
-from embedpipe.pipeline.errors import UserError
+from embedpipe.pipeline.errors import UserError, one_line
 
 FORMAT_BY_EXTENSION = {".parquet": "parquet", ".jsonl": "jsonl", ".json": "jsonl",
                        ".ndjson": "jsonl", ".csv": "csv"}
@@ -266,7 +266,7 @@ def input_fingerprint(path: str) -> tuple[int, int]:
         stats = [os.stat(os.path.join(folder, name)) for folder, _, names in os.walk(path) for name in names]
         return sum(s.st_size for s in stats), max((s.st_mtime_ns for s in stats), default=0)
     except OSError as error:
-        raise UnreadableInputError(f"{path}: cannot read input: {error}") from error
+        raise UnreadableInputError(f"{path}: cannot read input: {one_line(error)}") from error
 
 
 def _parquet_units(path: str, prefix: str, rows_per_unit: int) -> list[WorkUnit]:
@@ -309,7 +309,7 @@ def read_unit(unit: WorkUnit, columns: ColumnSpec, batch_rows: int = 4096,
             empty = pa.RecordBatch.from_pylist([], schema=schema)
             yield _shape_batch(empty, columns, id_column, unit, first_row)
     except (pa.ArrowException, OSError) as error:
-        raise UnreadableInputError(f"{unit.path}: cannot read {unit.format} input: {error}") from error
+        raise UnreadableInputError(f"{unit.path}: cannot read {unit.format} input: {one_line(error)}") from error
 
 
 def unit_schema(unit: WorkUnit, columns: ColumnSpec) -> pa.Schema | None:
@@ -323,7 +323,7 @@ def unit_schema(unit: WorkUnit, columns: ColumnSpec) -> pa.Schema | None:
         empty = pa.RecordBatch.from_pylist([], schema=schema)
         return _shape_batch(empty, columns, _check_schema(schema, columns, unit.path), unit, 0).schema
     except (pa.ArrowException, OSError) as error:
-        raise UnreadableInputError(f"{unit.path}: cannot read {unit.format} input: {error}") from error
+        raise UnreadableInputError(f"{unit.path}: cannot read {unit.format} input: {one_line(error)}") from error
 
 
 def unit_rows(unit: WorkUnit) -> tuple[int, int] | None:
@@ -343,7 +343,7 @@ def file_metadata(unit: WorkUnit) -> dict[bytes, bytes]:
     try:
         return _parquet_file(unit.path).schema_arrow.metadata or {}
     except (pa.ArrowException, OSError) as error:
-        raise UnreadableInputError(f"{unit.path}: cannot read parquet input: {error}") from error
+        raise UnreadableInputError(f"{unit.path}: cannot read parquet input: {one_line(error)}") from error
 
 
 def _open_parquet(unit: WorkUnit, columns: ColumnSpec, batch_rows: int, rows: tuple[int, int] | None):
@@ -584,4 +584,4 @@ def _guarded(path: str, read: Callable):
     try:
         return read()
     except (pa.ArrowException, OSError, ValueError) as error:
-        raise UnreadableInputError(f"{path}: cannot read input: {error}") from error
+        raise UnreadableInputError(f"{path}: cannot read input: {one_line(error)}") from error

@@ -15,7 +15,7 @@ from embedpipe.pipeline.output.layout import (EMBEDDINGS_FOLDER, INDEX_FILE_NAME
 from embedpipe.pipeline.output.sinks import commit_file, temporary_path, writing
 from embedpipe.pipeline.inputs.sources import WorkUnit
 
-from embedpipe.pipeline.errors import UserError
+from embedpipe.pipeline.errors import UserError, one_line
 
 
 class SettingsMismatch(UserError):
@@ -151,7 +151,7 @@ def damaged_units(output: Path, records: list[dict], folder: str = EMBEDDINGS_FO
         try:
             rows = pq.read_metadata(path).num_rows
         except (OSError, pa.ArrowException) as error:
-            damaged[record["unit_id"]] = f"{path} cannot be read ({str(error).splitlines()[0]})"
+            damaged[record["unit_id"]] = f"{path} cannot be read ({one_line(error)})"
             continue
         if rows != record["num_rows"]:
             damaged[record["unit_id"]] = f"{path} holds {rows} rows, its record {record['num_rows']}"

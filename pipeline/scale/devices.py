@@ -144,10 +144,9 @@ class DeviceEngines:
                     continue
                 # it exited: its last events were flushed before it ended, and are read within this wait
                 if now - exited_at.setdefault(index, now) > LAST_EVENTS_S:
-                    raise EngineProcessError(
-                        f"the engine process on {self.plans[index].device} died "
-                        f"({exit_description(process.exitcode)}); the other engines were stopped. "
-                        "Completed units are kept: run the same command again to resume")
+                    raise EngineProcessError(  # the caller adds that the completed units are kept
+                        f"{self._name(index)} died ({exit_description(process.exitcode)}); "
+                        "the other engines were stopped")
             try:
                 return events.get(timeout=POLL_S)
             except queue.Empty:
@@ -155,12 +154,16 @@ class DeviceEngines:
 
     def _failure(self, index: int, pickled: bytes | None, trace: str) -> Exception:
         """The process's own error when it pickles (an input error keeps its type and exit code)."""
-        device = self.plans[index].device
         if pickled is None:
-            return EngineProcessError(f"the engine process on {device} failed:\n{trace}")
+            return EngineProcessError(f"{self._name(index)} failed:\n{trace}")
         error = pickle.loads(pickled)
-        error.add_note(f"raised in the engine process on {device}:\n{trace}")
+        error.add_note(f"raised in {self._name(index)}:\n{trace}")
         return error
+
+    def _name(self, index: int) -> str:
+        """Which engine: "engine process 1 of 2 (cpu, pid 4242)" (--devices cpu:2 names every device cpu)."""
+        return (f"engine process {index} of {len(self.processes)} ({self.plans[index].device}, "
+                f"pid {self.processes[index].pid})")
 
 
 def _stop(processes: list, terminate: bool) -> None:

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from embedpipe.kernels.output_dtypes import output_dtype
+from embedpipe.pipeline.errors import one_line
 from embedpipe.pipeline.inputs.column_types import ColumnTypeChange, widen
 from embedpipe.pipeline.output.faiss_index import count_duplicates
 from embedpipe.pipeline.output.manifest import completed_units
@@ -87,7 +88,7 @@ def check_files(files: list[tuple[Path, dict]], settings: dict, report: Report) 
             vector_type = footer.schema_arrow.field("embedding").type
             ids, bad_ids = read_ids_and_bad_vectors(footer)
         except (pa.ArrowException, OSError, KeyError) as error:  # truncated, overwritten, not Parquet
-            unreadable.append(f"{path}: {first_line(error)}")
+            unreadable.append(f"{path}: {one_line(error)}")
             continue
         if vector_type != expected or footer.metadata.num_rows != record["num_rows"]:
             wrong.append(f"{path.name}: {footer.metadata.num_rows} rows of {vector_type}")
@@ -112,9 +113,6 @@ def check_files(files: list[tuple[Path, dict]], settings: dict, report: Report) 
         return None
     return pa.chunked_array([ids.cast(id_type) for ids in id_chunks], type=id_type)
 
-
-def first_line(error: Exception) -> str:
-    return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
 def common_id_type(schemas: list[tuple[Path, pa.Schema]]) -> pa.DataType:
@@ -151,7 +149,7 @@ def check_index(index_dir: Path, settings: dict, ids: pa.ChunkedArray, report: R
         _check_index_files(index_dir, settings, ids, report)
     except (OSError, ValueError, KeyError, TypeError, RuntimeError, pa.ArrowException) as error:
         report.check(False, "", f"index: cannot read the index in {index_dir} ({type(error).__name__}: "
-                                f"{first_line(error)}); build it again with `embedpipe merge`")
+                                f"{one_line(error)}); build it again with `embedpipe merge`")
 
 
 def _check_index_files(index_dir: Path, settings: dict, ids: pa.ChunkedArray, report: Report) -> None:

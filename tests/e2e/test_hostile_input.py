@@ -205,3 +205,16 @@ def test_a_10_mb_text_of_one_word_is_read_to_the_bound_and_counted_truncated(tmp
     assert result.exit_code == 0, result.output
     assert json.loads((tmp_path / "out" / "metrics.json").read_text())["truncated_texts"] == 1
     assert_embedded_as_the_reference(tmp_path / "out", [0, 1], ["short", "x" * 200], reference)
+
+
+def test_corrupt_parquet_pages_are_one_line_naming_the_file(tmp_path, tiny_model):
+    """pyarrow's message spans three lines ("Couldn't deserialize thrift ... / Deserializing page header
+    failed. / "): the last named no file."""
+    path = write(tmp_path / "in" / "a.parquet", id=list(range(500)), text=[f"text {i} " * 5 for i in range(500)])
+    data = bytearray(path.read_bytes())
+    data[4:12] = bytes(b ^ 0xFF for b in data[4:12])  # the first data page's header
+    path.write_bytes(bytes(data))
+    result = index(tmp_path / "in", "--output", tmp_path / "out", "--model", tiny_model)
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(path) in lines[0] and "page header" in lines[0], result.stderr
