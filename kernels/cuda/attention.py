@@ -17,17 +17,23 @@ MIN_MAX_Q = 128  # the flash kernel's query block: a smaller max_q launches no f
 
 
 class FlashInferAttention(AttentionBackend):
-    """FlashInfer BatchPrefillWithRaggedKVCacheWrapper, NHD layout, one wrapper, run eagerly.
+    """FlashInfer's ragged prefill (fa2 or fa3, NHD), run eagerly or inside the whole-model CUDA graphs.
 
-    Not graph-safe: on the H200 with FlashInfer 0.6.18.post1 (fa2, plans without KV split),
-    replaying a graph captured for the key (16384 tokens, 256 sequences) with other sequence
-    lengths hit an illegal memory access (benchmarks/results/2026-11-29-h200, README), while the
-    same batches replayed correctly with PyTorch's flash varlen kernel. `plan()` writes a pinned
-    host buffer that an async copy reads: before the wrapper is planned again, the copy of its
-    previous plan must have run (an event).
+    A replayed graph launches its kernels with the pointers and plan scalars of its capture. So each
+    graph key gets a wrapper of its own in FlashInfer's CUDA-graph mode, with fixed indptr buffers of
+    the key's sequence slots. Its first plan has the key's token count (every batch of a key has that
+    many rows: the padding sequence owns the padding rows), which fixes the tile size and the work
+    arrays' offsets for every later plan; plan() runs on the host before each replay and rewrites only
+    the wrapper's buffers. Split-KV stays on there: without it graph mode builds no mask for the padded
+    CTAs (flashinfer #4002). The illegal memory access seen before (benchmarks/results/2026-11-29-h200)
+    came from capturing a wrapper outside that mode: each plan() put the indptr in new tensors, and the
+    replay read freed ones. Eager batches use one plain wrapper without KV split (faster eagerly:
+    BERT-base 1 x 128, 0.525 -> 0.445 ms).
+
+    plan() writes a pinned host buffer that an async copy reads: before a wrapper is planned again, the
+    copy of its previous plan must have run (an event per wrapper). cu_seqlens should be pinned too
+    (the runner passes its staging buffer), so the indptr copy is asynchronous.
     """
-
-    graph_safe = False
 
     def __init__(self, spec: AttentionSpec, device: torch.device, dtype: torch.dtype, backend: str = "fa2",
                  max_tokens: int = 16384):
@@ -36,25 +42,40 @@ class FlashInferAttention(AttentionBackend):
         super().__init__(spec)
         if spec.head_dim not in FLASHINFER_HEAD_DIMS:
             raise ValueError(f"FlashInfer prefill supports head_dim {FLASHINFER_HEAD_DIMS}, not {spec.head_dim}")
-        self.dtype, self.backend = dtype, backend
+        self.device, self.dtype, self.backend = device, dtype, backend
+        self._new_wrapper = flashinfer.BatchPrefillWithRaggedKVCacheWrapper
         scratch = SPLIT_KV_BYTES_PER_VALUE * max_tokens * spec.num_heads * spec.head_dim
-        workspace = torch.empty(max(MIN_WORKSPACE_BYTES, scratch), dtype=torch.uint8, device=device)
-        self._wrapper = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(workspace, "NHD", backend=backend)
-        self._planned: torch.cuda.Event | None = None  # recorded after the last plan's copy was queued
+        # one float workspace for every wrapper: their kernels run one after another on the engine's stream
+        self.workspace = torch.empty(max(MIN_WORKSPACE_BYTES, scratch), dtype=torch.uint8, device=device)
+        self._eager = _Planned(self._new_wrapper(self.workspace, "NHD", backend=backend))
+        self._graphed: dict[tuple, _Planned] = {}  # graph key -> its CUDA-graph mode wrapper
+        self._current = self._eager.wrapper
 
     def plan(self, cu_seqlens: torch.Tensor, num_seqs: int, graph_key=None, device_cu_seqlens=None) -> None:
-        if self._planned is not None:
-            self._planned.synchronize()  # the previous plan's pinned buffer has been copied to the device
+        planned = self._eager if graph_key is None else self._graphed.get(graph_key)
+        if planned is None:
+            indptr = torch.empty(len(cu_seqlens), dtype=torch.int32, device=self.device)  # [slots + 1], qo = kv
+            planned = self._graphed[graph_key] = _Planned(self._new_wrapper(
+                self.workspace, "NHD", use_cuda_graph=True, qo_indptr_buf=indptr, kv_indptr_buf=indptr,
+                backend=self.backend))
+        planned.copied.synchronize()  # the previous plan's pinned buffer has been copied to the device
         spec = self.spec
-        # no KV split: on the H200 it only added a merge pass (BERT-base 1 x 128: 0.525 -> 0.445 ms)
-        self._wrapper.plan(cu_seqlens, cu_seqlens, spec.num_heads, spec.num_kv_heads, spec.head_dim,
-                           causal=spec.causal, sm_scale=spec.scale, q_data_type=self.dtype, kv_data_type=self.dtype,
-                           disable_split_kv=True)
-        self._planned = torch.cuda.Event()
-        self._planned.record()
+        planned.wrapper.plan(cu_seqlens, cu_seqlens, spec.num_heads, spec.num_kv_heads, spec.head_dim,
+                             causal=spec.causal, sm_scale=spec.scale, q_data_type=self.dtype,
+                             kv_data_type=self.dtype, disable_split_kv=graph_key is None)
+        planned.copied.record()
+        self._current = planned.wrapper
 
     def forward(self, q, k, v):
-        return self._wrapper.run(q, k, v)
+        return self._current.run(q, k, v)
+
+
+class _Planned:
+    """A FlashInfer wrapper and the event recorded after its last plan's copies were queued."""
+
+    def __init__(self, wrapper):
+        self.wrapper, self.copied = wrapper, torch.cuda.Event()
+        self.copied.record()
 
 
 class TorchVarlenAttention(AttentionBackend):
@@ -106,9 +127,8 @@ def make_cuda_attention(name: str, spec: AttentionSpec, device: torch.device, dt
     """name: auto | flashinfer | fa2 | fa3 | torch-varlen | torch.
 
     auto: PyTorch's flash varlen kernel, the one ragged kernel that runs every head_dim here
-    (32 included) and replays correctly in CUDA graphs at every key. FlashInfer (fa2, fa3) is
-    opt-in and runs without graphs (see FlashInferAttention). float32, which no flash kernel runs,
-    takes the exact per-sequence SDPA backend, without CUDA graphs.
+    (32 included). FlashInfer (fa2, fa3) is opt-in, in CUDA graphs too (see FlashInferAttention).
+    float32, which no flash kernel runs, takes the exact per-sequence SDPA backend, without CUDA graphs.
     """
     if dtype == torch.float32 or name == "torch":
         return TorchRaggedAttention(spec)

@@ -95,7 +95,7 @@ class CudaRunner:
 
         def eager():
             inputs = host.to(self.device, non_blocking=True)
-            self.attn.plan(batch.cu_seqlens, batch.num_seqs, None, inputs[3 * num_tokens:])
+            self.attn.plan(host[3 * num_tokens:], batch.num_seqs, None, inputs[3 * num_tokens:])
             return self._forward(inputs, num_tokens)
 
         key = self.attn.graph_key(batch)
@@ -112,7 +112,7 @@ class CudaRunner:
         num_tokens = batch.key[0]
         inputs_buf = torch.empty_like(host, device=self.device)
         inputs_buf.copy_(host, non_blocking=True)
-        self.attn.plan(batch.cu_seqlens, batch.num_seqs, key, inputs_buf[3 * num_tokens:])
+        self.attn.plan(host[3 * num_tokens:], batch.num_seqs, key, inputs_buf[3 * num_tokens:])
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self.pool):
             out_buf = self._forward(inputs_buf, num_tokens)
@@ -121,7 +121,7 @@ class CudaRunner:
     def _replay(self, batch: Batch, host: torch.Tensor, key: tuple, entry) -> torch.Tensor:
         graph, inputs_buf, out_buf = entry
         inputs_buf.copy_(host, non_blocking=True)
-        self.attn.plan(batch.cu_seqlens, batch.num_seqs, key, inputs_buf[3 * batch.key[0]:])
+        self.attn.plan(host[3 * batch.key[0]:], batch.num_seqs, key, inputs_buf[3 * batch.key[0]:])
         graph.replay()
         return out_buf
 
