@@ -10,8 +10,11 @@ from embedpipe.cli.options import DEVICE, DIM, DTYPE, MODEL, Device, OutputDtype
 def warmup(model: str = MODEL, dim: Optional[int] = DIM, dtype: OutputDtype = DTYPE, device: Device = DEVICE):
     """Compile MODEL's kernels ahead of a job so a cron run does not pay for it.
 
-    FlashInfer compiles its attention kernels on first use (25-120 s per configuration on an H200)
-    into ~/.cache/flashinfer; Triton caches in ~/.triton. Run once per machine image.
+    On CUDA it first times the attention kernels (PyTorch's flash varlen, FlashInfer fa2 and fa3) on
+    MODEL's shape and stores the fastest per batch size in ~/.cache/embedpipe/attention-choice.json
+    ($EMBEDPIPE_CACHE_DIR), which `--attention auto` then runs. FlashInfer compiles its kernels on first
+    use (25-120 s per configuration on an H200) into ~/.cache/flashinfer; Triton caches in ~/.triton.
+    Run once per machine image.
     """
     from embedpipe.cli.commands import fail
     from embedpipe.pipeline.api import run_warmup

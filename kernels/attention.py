@@ -28,6 +28,7 @@ class AttentionBackend:
     """Interface: plan(...) on the host once per batch, then forward(q, k, v) in every layer."""
 
     graph_safe = True  # whether forward() may be captured in a CUDA graph and replayed after a new plan()
+    choice = None  # the AttentionChoice the engine was built with (what runs, and why): for logs and metrics
 
     def __init__(self, spec: AttentionSpec):
         self.spec = spec

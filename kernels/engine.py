@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from embedpipe.kernels.attention import TorchRaggedAttention
+from embedpipe.kernels.attention_choice import single_choice
 from embedpipe.kernels.batch import Batch, BucketPolicy, pack
 from embedpipe.kernels.graph_cache import GraphConfig, GraphCounters
 from embedpipe.kernels.lazy_tensor import LazyTensor
@@ -135,12 +136,30 @@ class Engine:
     def _attention(self):
         spec = attention_spec(self.folder)
         if self.device.type != "cuda":
-            return TorchRaggedAttention(spec)
+            attention = TorchRaggedAttention(spec)
+            attention.choice = single_choice("torch", "CPU: exact per-sequence SDPA")
+            return attention
         from embedpipe.kernels.cuda.attention import make_cuda_attention
-        # no sequence is longer than the position table; the padding sequence, than a large bucket step
-        max_seqlen = max(int(self.folder.config.get("max_position_embeddings", self.folder.max_seq_length)), 256)
-        return make_cuda_attention(self.config.attention, spec, self.device, self.dtype, max_seqlen,
+        return make_cuda_attention(self.config.attention, spec, self.device, self.dtype, self.max_seqlen,
                                    self.config.graphs.max_graph_tokens)
+
+    @property
+    def max_seqlen(self) -> int:
+        """No sequence is longer than the position table; the padding sequence, than a large bucket step."""
+        return max(int(self.folder.config.get("max_position_embeddings", self.folder.max_seq_length)), 256)
+
+    def measure_attention(self) -> dict:
+        """On CUDA: times the attention backends on this model's shape and stores the fastest per batch size
+        for `attention="auto"` (attention_choice.py; engines built afterwards use it). Returns
+        {"attention_<tokens>_tokens_<backend>_ms": ms, "attention_failed_<backend>": why}; {} when there is
+        nothing to choose (the CPU, float32, a head_dim only one kernel runs)."""
+        if self.device.type != "cuda":
+            return {}
+        from embedpipe.kernels.cuda.attention_timing import measure_and_store
+        timings, failed = measure_and_store(self.attn.spec, self.device, self.dtype, self.max_seqlen)
+        out = {f"attention_{tokens}_tokens_{backend}_ms": ms
+               for tokens, by_backend in sorted(timings.items()) for backend, ms in by_backend.items()}
+        return out | {f"attention_failed_{backend}": why for backend, why in failed.items()}
 
     def warm_up(self) -> None:
         """One small batch through the model, so the first real one does not pay the kernels' start-up

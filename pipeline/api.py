@@ -46,13 +46,19 @@ def index_with_ray(inputs: list[str], output: str, address: str = "auto", **opti
                                              **options)))
 
 
-def run_warmup(config: EngineConfig) -> dict[str, float]:
-    """`embedpipe warmup`: compiles a model's kernels ahead of a job (FlashInfer JIT, Triton, cuBLAS) by
-    running each warm-up shape three times: eager, capture, replay. Returns seconds per phase and the
-    graph counters."""
+def run_warmup(config: EngineConfig) -> dict[str, float | int | str]:
+    """`embedpipe warmup`: on CUDA with attention "auto", first times the attention backends on the model's shape
+    and stores the fastest per batch size (Engine.measure_attention); then compiles the model's kernels
+    (FlashInfer JIT, Triton, cuBLAS) by running each warm-up shape three times: eager, capture, replay.
+    Returns seconds per phase, the attention timings and choice, and the graph counters."""
     start = time.perf_counter()
     engine = Engine(config)
-    timings = {"load_s": time.perf_counter() - start}
+    timings: dict[str, float | int | str] = {"load_s": time.perf_counter() - start}
+    if config.attention == "auto":
+        timings |= engine.measure_attention()
+        if any(name.startswith("attention_") for name in timings):
+            engine = Engine(config)  # built again, with the choice just stored
+    timings["attention"] = engine.attn.choice.describe()
     max_len = min(engine.folder.max_seq_length, 512)
     for num_seqs, length in WARMUP_SHAPES:
         batch = pack([[100 + i % 1000 for i in range(min(length, max_len))]] * num_seqs, BucketPolicy())

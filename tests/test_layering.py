@@ -13,7 +13,7 @@ from support.paths import REPO
 
 SOURCES = {"cli": "embedpipe.cli", "pipeline": "embedpipe.pipeline", "kernels": "embedpipe.kernels"}
 K, P = "embedpipe.kernels", "embedpipe.pipeline"
-KERNELS_SURFACE = [f"{K}.{name}" for name in ("attention", "batch", "engine", "graph_cache", "lazy_tensor", "ops",
+KERNELS_SURFACE = [f"{K}.{name}" for name in ("attention", "attention_choice", "batch", "engine", "graph_cache", "lazy_tensor", "ops",
                                               "output_dtypes", "pooling")]
 # the ground everything may stand on
 GROUND = [f"{P}.errors"]

@@ -5,9 +5,13 @@ padding rows, so every row belongs to a sequence and no real row sees a padding 
 """
 from __future__ import annotations
 
+import importlib.metadata
+
 import torch
 
 from embedpipe.kernels.attention import AttentionBackend, AttentionSpec, TorchRaggedAttention
+from embedpipe.kernels.attention_choice import (AttentionChoice, default_choice, load_choice, shape_key,
+                                                single_choice)
 
 FLASHINFER_HEAD_DIMS = (64, 128, 256)  # head_dim 32 fails in FlashInfer's prefill kernels
 MIN_WORKSPACE_BYTES = 128 << 20
@@ -122,18 +126,72 @@ def _longest(cu_seqlens: torch.Tensor) -> int:
     return int((cu[1:] - cu[:-1]).max())
 
 
+class SelectedAttention(AttentionBackend):
+    """Several backends, each running the batch sizes its range of the choice covers (attention_choice.py).
+
+    A graph key names its backend, so each graph captures the kernels of the backend that planned it."""
+
+    def __init__(self, spec: AttentionSpec, backends: dict[str, AttentionBackend], choice: AttentionChoice):
+        super().__init__(spec)
+        self.backends, self.choice = backends, choice
+        self._current = next(iter(backends.values()))
+
+    def graph_key(self, batch) -> tuple:
+        name = self.choice.backend_for(batch.key[0])
+        return (name, *self.backends[name].graph_key(batch))
+
+    def plan(self, cu_seqlens: torch.Tensor, num_seqs: int, graph_key=None, device_cu_seqlens=None) -> None:
+        name = graph_key[0] if graph_key is not None else self.choice.backend_for(int(cu_seqlens[-1]))
+        self._current = self.backends[name]
+        self._current.plan(cu_seqlens, num_seqs, None if graph_key is None else graph_key[1:], device_cu_seqlens)
+
+    def forward(self, q, k, v):
+        return self._current.forward(q, k, v)
+
+
+def machine_signature(device: torch.device) -> dict:
+    """What a measured attention choice holds for: this GPU model with these torch and FlashInfer versions."""
+    try:
+        flashinfer_version = importlib.metadata.version("flashinfer-python")
+    except importlib.metadata.PackageNotFoundError:
+        flashinfer_version = None
+    return {"gpu": torch.cuda.get_device_name(device), "torch": torch.__version__, "flashinfer": flashinfer_version}
+
+
+def auto_choice(spec: AttentionSpec, device: torch.device, dtype: torch.dtype) -> AttentionChoice:
+    """The choice `embedpipe warmup` measured for this shape on this machine, else the safe default."""
+    if spec.head_dim not in FLASHINFER_HEAD_DIMS:
+        return default_choice(f"head_dim {spec.head_dim}: the one kernel that runs it")
+    shape = shape_key(spec.num_heads, spec.num_kv_heads, spec.head_dim, spec.causal, str(dtype).split(".")[1])
+    return load_choice(machine_signature(device), shape)
+
+
 def make_cuda_attention(name: str, spec: AttentionSpec, device: torch.device, dtype: torch.dtype,
                         max_seqlen: int, max_graph_tokens: int) -> AttentionBackend:
-    """name: auto | flashinfer | fa2 | fa3 | torch-varlen | torch.
+    """name: auto | flashinfer | fa2 | fa3 | torch-varlen | torch. The backend's `choice` says what runs and why.
 
-    auto: PyTorch's flash varlen kernel, the one ragged kernel that runs every head_dim here
-    (32 included). FlashInfer (fa2, fa3) is opt-in, in CUDA graphs too (see FlashInferAttention).
-    float32, which no flash kernel runs, takes the exact per-sequence SDPA backend, without CUDA graphs.
+    auto: per batch size, the backend `embedpipe warmup` measured fastest here (attention_choice.py), else
+    PyTorch's flash varlen kernel, the one ragged kernel that runs every head_dim here (32 included).
+    FlashInfer (fa2, fa3) replays in CUDA graphs too (see FlashInferAttention). float32, which no flash
+    kernel runs, takes the exact per-sequence SDPA backend, without CUDA graphs.
     """
     if dtype == torch.float32 or name == "torch":
-        return TorchRaggedAttention(spec)
-    if name == "auto":
-        name = "torch-varlen"
+        backend: AttentionBackend = TorchRaggedAttention(spec)
+        backend.choice = single_choice("torch", "--attention" if name == "torch" else "float32: exact per-sequence SDPA")
+        return backend
+    if name != "auto":
+        backend = _one_backend(name, spec, device, dtype, max_seqlen, max_graph_tokens)
+        backend.choice = single_choice(name, "--attention")
+        return backend
+    choice = auto_choice(spec, device, dtype)
+    backends = {b: _one_backend(b, spec, device, dtype, max_seqlen, max_graph_tokens) for b in choice.backends}
+    backend = next(iter(backends.values())) if len(backends) == 1 else SelectedAttention(spec, backends, choice)
+    backend.choice = choice
+    return backend
+
+
+def _one_backend(name: str, spec: AttentionSpec, device: torch.device, dtype: torch.dtype, max_seqlen: int,
+                 max_graph_tokens: int) -> AttentionBackend:
     if name in ("flashinfer", "fa2", "fa3"):
         return FlashInferAttention(spec, device, dtype, "fa2" if name == "flashinfer" else name, max_graph_tokens)
     if name == "torch-varlen":

@@ -57,7 +57,7 @@ def run_job(job: JobConfig, open_embedder: OpenEmbedder | None = None) -> JobRes
             prepared = prepare_job(job, spec, tokenizer)
             with Progress(expected_rows(prepared.mine), job.quiet, done_rows=rows_done(prepared)) as progress:
                 startup["prepare_s"] = progress.start - preparing
-                _log_start(progress, prepared)
+                _log_start(progress, prepared, getattr(embedder, "attention", None))
                 reports = embedder.embed(prepared, progress)
                 return finish_job(prepared, reports, progress, progress.start - entered,
                                   getattr(embedder, "in_memory", None), startup)
@@ -102,6 +102,11 @@ class LocalEngine:
     @property
     def warm_up_s(self) -> float | None:
         return self.engine.warm_up_s
+
+    @property
+    def attention(self) -> str | None:
+        """The CUDA attention backend and why it was chosen (None on the CPU, which has one)."""
+        return self.engine.attn.choice.describe() if self.engine.device.type == "cuda" else None
 
     def embed(self, prepared: PreparedJob, progress: Progress) -> list[EngineReport]:
         keep_vectors = self.job.index_factory == "Flat" and not self.job.sharded  # this process builds it
@@ -178,8 +183,10 @@ def rows_done(prepared: PreparedJob) -> int:
     return sum(r["num_rows"] + r["num_rejected"] for unit_id, r in prepared.done_before.items() if unit_id in mine)
 
 
-def _log_start(progress: Progress, prepared: PreparedJob) -> None:
+def _log_start(progress: Progress, prepared: PreparedJob, attention: str | None = None) -> None:
     job, units, mine, pending = prepared.job, prepared.units, prepared.mine, prepared.pending
+    if attention is not None:
+        progress.log(f"attention: {attention}")
     share = f" (shard {job.shard_index} of {job.num_shards}: {len(mine)})" if job.sharded else ""
     progress.log(f"{len(units)} units{share}, {len(mine) - len(pending)} already done, {len(pending)} to do")
     changes = prepared.changes

@@ -28,6 +28,7 @@ class EngineReport:
     writer_thread_cpu_s: float = 0.0
     chunk_wait_s: float = 0.0  # that thread's wall time getting chunks (RunCounts), and for the first
     first_chunk_s: float = 0.0
+    attention: str = ""  # the attention backend the engine runs, and why (AttentionChoice.describe)
 
     def __add__(self, other: EngineReport) -> EngineReport:
         """Both reports summed, under this report's device."""
@@ -38,7 +39,8 @@ class EngineReport:
                             self.bad_files + other.bad_files, self.out_of_memory_splits + other.out_of_memory_splits,
                             self.main_thread_cpu_s + other.main_thread_cpu_s,
                             self.writer_thread_cpu_s + other.writer_thread_cpu_s,
-                            self.chunk_wait_s + other.chunk_wait_s, max(self.first_chunk_s, other.first_chunk_s))
+                            self.chunk_wait_s + other.chunk_wait_s, max(self.first_chunk_s, other.first_chunk_s),
+                            self.attention or other.attention)
 
 
 def run_metrics(reports: list[EngineReport], seconds: float) -> dict:
@@ -51,8 +53,10 @@ def run_metrics(reports: list[EngineReport], seconds: float) -> dict:
             "embeddings_per_s": total.rows / seconds, "out_of_memory_splits": total.out_of_memory_splits,
             "host_cpu_s": {"main_thread": total.main_thread_cpu_s, "writer_thread": total.writer_thread_cpu_s},
             "chunk_wait_s": {"all": total.chunk_wait_s, "first": total.first_chunk_s},
-            "engine": {**total.graphs, "device": ", ".join(report.device for report in reports)},
-            "engines": [{"device": r.device, "units": r.units, "rows": r.rows, "tokens": r.tokens} for r in reports]}
+            "engine": {**total.graphs, "device": ", ".join(report.device for report in reports),
+                       "attention": total.attention},
+            "engines": [{"device": r.device, "units": r.units, "rows": r.rows, "tokens": r.tokens,
+                         "attention": r.attention} for r in reports]}
 
 
 def process_age_s() -> float | None:

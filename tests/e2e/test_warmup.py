@@ -1,7 +1,10 @@
-"""`embedpipe warmup` runs every phase of the engine once per shape."""
+"""`embedpipe warmup` runs every phase of the engine once per shape, and on CUDA measures the attention backends."""
+import json
+
 import pytest
 
-from embedpipe.kernels.engine import EngineConfig
+from support.corpus import run_index, variant_texts, write_corpus
+from embedpipe.kernels.engine import Engine, EngineConfig
 from embedpipe.kernels.testing.random_model import write_random_model
 from embedpipe.pipeline.api import WARMUP_SHAPES, run_warmup
 
@@ -19,3 +22,33 @@ def test_warmup_captures_the_small_shape_and_runs_the_large_one_eagerly():
     timings = run_warmup(EngineConfig(device="cuda"))
     # each shape (2 x 100, and 64 x 256 = the 16384-token largest graph): eager, capture + replay, replay
     assert (timings["eager_runs"], timings["graph_captures"], timings["graph_replays"]) == (2, 2, 4)
+
+
+def test_warmup_on_the_cpu_measures_no_attention(tmp_path):
+    write_random_model("tiny-bert", tmp_path / "model")
+    timings = run_warmup(EngineConfig(model=str(tmp_path / "model"), device="cpu"))
+    assert timings["attention"] == "torch (CPU: exact per-sequence SDPA)"
+    assert not [name for name in timings if name.startswith("attention_")]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", ["bert-base", "qwen3-0.6b"])
+def test_warmup_measures_the_attention_backends_and_auto_runs_the_fastest(tmp_path, monkeypatch, shape):
+    """Every backend passes the replay == eager check at every size; the table's choice is what auto engines run,
+    and an index job records it in metrics.json."""
+    pytest.importorskip("flashinfer")
+    monkeypatch.setenv("EMBEDPIPE_CACHE_DIR", str(tmp_path / "cache"))
+    write_random_model(shape, tmp_path / "model")
+    timings = run_warmup(EngineConfig(model=str(tmp_path / "model"), device="cuda"))
+    measured = {name for name in timings if name.startswith("attention_") and name.endswith("_ms")}
+    assert not [name for name in timings if name.startswith("attention_failed_")], timings
+    assert len(measured) == 9, measured  # 3 sizes x (torch-varlen, fa2, fa3)
+    engine = Engine(EngineConfig(model=str(tmp_path / "model"), device="cuda"))
+    assert "measured by embedpipe warmup" in engine.attn.choice.note
+    assert timings["attention"] == engine.attn.choice.describe()
+    write_corpus(tmp_path / "in", variant_texts(300), num_files=1, row_group_size=100)
+    # the job's process inherits EMBEDPIPE_CACHE_DIR
+    result = run_index(tmp_path / "in", "--output", tmp_path / "out", "--model", tmp_path / "model", "--device", "cuda")
+    assert result.returncode == 0, result.stderr
+    assert f"attention: {engine.attn.choice.describe()}" in result.stderr
+    assert json.loads((tmp_path / "out" / "metrics.json").read_text())["engine"]["attention"] == engine.attn.choice.describe()

@@ -104,13 +104,15 @@ def test_cpu_engines_get_cpu_batches_and_tokenize_in_their_process():
 def test_the_metrics_of_a_run_add_up_its_engines():
     first = EngineReport("cuda:0", units=2, rows=10, tokens=100, rejected=1, truncated=1,
                          batches=BatchStats(2, 10, 100, 128), graphs={"eager_runs": 1, "graph_captures": 1,
-                                                                      "graph_replays": 3})
-    second = EngineReport("cuda:1", units=1, rows=5, tokens=60, batches=BatchStats(1, 5, 60, 64))
+                                                                      "graph_replays": 3}, attention="fa3 (measured)")
+    second = EngineReport("cuda:1", units=1, rows=5, tokens=60, batches=BatchStats(1, 5, 60, 64),
+                          attention="fa3 (measured)")
     metrics = run_metrics([first, second], seconds=2.0)
     assert (metrics["rows"], metrics["tokens"], metrics["rejected_rows"], metrics["truncated_texts"]) == (15, 160, 1, 1)
     assert metrics["batches"] == 3 and metrics["padding_waste"] == pytest.approx(32 / 192)
     assert metrics["tokens_per_s"] == 80 and metrics["embeddings_per_s"] == 7.5
-    assert metrics["engine"] == {"device": "cuda:0, cuda:1", "eager_runs": 1, "graph_captures": 1, "graph_replays": 3}
+    assert metrics["engine"] == {"device": "cuda:0, cuda:1", "eager_runs": 1, "graph_captures": 1, "graph_replays": 3,
+                                 "attention": "fa3 (measured)"}
     assert [(engine["device"], engine["units"]) for engine in metrics["engines"]] == [("cuda:0", 2), ("cuda:1", 1)]
 
 

@@ -1,0 +1,90 @@
+"""Times the CUDA attention backends on one attention shape: what `embedpipe warmup` stores (attention_choice.py).
+
+Each backend runs each measured size as the engine runs it: planned on the host, captured in a CUDA graph with one
+layout of sequences, then replayed after a plan of another layout of the same graph key. A backend whose replay
+differs from its eager run on that layout (per row cosine below 0.999), or that fails, is left out. The replays are
+timed with CUDA events: attention alone, since the rest of the forward pass is the same for every backend.
+"""
+from __future__ import annotations
+
+import importlib.util
+import time
+
+import torch
+
+from embedpipe.kernels.attention import AttentionSpec
+from embedpipe.kernels.attention_choice import SAFE_DEFAULT, shape_key, store_choice
+from embedpipe.kernels.batch import BucketPolicy, pack
+from embedpipe.kernels.cuda.attention import FLASHINFER_HEAD_DIMS, machine_signature, make_cuda_attention
+
+MEASURED_SHAPES = ((1, 128), (8, 256), (64, 512))  # (sequences, tokens each): batches of 128, 2048, 32768 tokens
+REPLAYS = 50
+
+
+def measure_and_store(spec: AttentionSpec, device: torch.device, dtype: torch.dtype,
+                      max_seqlen: int) -> tuple[dict[int, dict[str, float]], dict[str, str]]:
+    """Times the backends that can run this shape here and stores the choice; ({}, {}) when only one can."""
+    if dtype == torch.float32 or spec.head_dim not in FLASHINFER_HEAD_DIMS or not importlib.util.find_spec("flashinfer"):
+        return {}, {}
+    timings, failed = time_backends(spec, device, dtype, max_seqlen, [SAFE_DEFAULT, "fa2", "fa3"])
+    if timings:
+        shape = shape_key(spec.num_heads, spec.num_kv_heads, spec.head_dim, spec.causal, str(dtype).split(".")[1])
+        store_choice(machine_signature(device), shape, timings, failed, time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    return timings, failed
+
+
+def time_backends(spec: AttentionSpec, device: torch.device, dtype: torch.dtype, max_seqlen: int,
+                  backends: list[str]) -> tuple[dict[int, dict[str, float]], dict[str, str]]:
+    """({padded tokens: {backend: ms per replay}}, {backend: why it was left out})."""
+    timings: dict[int, dict[str, float]] = {}
+    failed: dict[str, str] = {}
+    max_tokens = max(n * length for n, length in MEASURED_SHAPES)
+    for name in backends:
+        try:
+            attn = make_cuda_attention(name, spec, device, dtype, max_seqlen, max_tokens)
+            measured = {tokens: ms for tokens, ms in (_time_shape(attn, spec, device, dtype, *shape)
+                                                      for shape in MEASURED_SHAPES)}
+        except Exception as error:  # noqa: BLE001 - e.g. a kernel that does not compile or run this shape here
+            failed[name] = " ".join(f"{type(error).__name__}: {error}".split())[:300]
+            continue
+        for tokens, ms in measured.items():
+            timings.setdefault(tokens, {})[name] = ms
+    return timings, failed
+
+
+def _time_shape(attn, spec: AttentionSpec, device, dtype, num_seqs: int, length: int) -> tuple[int, float]:
+    policy = BucketPolicy()
+    captured = pack([[1] * length] * num_seqs, policy)
+    # other lengths, same graph key: each a token or two shorter (the same padded buckets, no longer maximum)
+    replayed = pack([[1] * (length - (i + 1) % 3) for i in range(num_seqs)], policy)
+    key = attn.graph_key(captured)
+    if attn.graph_key(replayed) != key:
+        raise AssertionError(f"the timing layouts of {num_seqs} x {length} have different graph keys")
+    num_tokens = captured.key[0]
+    q = torch.randn(num_tokens, spec.num_heads, spec.head_dim, device=device, dtype=dtype)
+    k, v = (torch.randn(num_tokens, spec.num_kv_heads, spec.head_dim, device=device, dtype=dtype) for _ in range(2))
+    replayed_cu = replayed.cu_seqlens.pin_memory()
+    attn.plan(replayed_cu, num_seqs, None, replayed_cu.to(device))
+    eager = attn.forward(q, k, v)
+    static_cu = captured.cu_seqlens.to(device)
+    attn.plan(captured.cu_seqlens.pin_memory(), num_seqs, key, static_cu)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = attn.forward(q, k, v)
+    static_cu.copy_(replayed_cu)
+    attn.plan(replayed_cu, num_seqs, key, static_cu)
+    graph.replay()
+    real = int(replayed_cu[num_seqs])
+    agreement = torch.nn.functional.cosine_similarity(out[:real].float().flatten(1), eager[:real].float().flatten(1))
+    if agreement.min().item() < 0.999:
+        raise AssertionError(f"graph replay differs from eager at {num_seqs} x {length} "
+                             f"(min cosine {agreement.min().item():.4f})")
+    for _ in range(5):
+        graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(REPLAYS):
+        graph.replay()
+    end.record()
+    end.synchronize()
+    return num_tokens, start.elapsed_time(end) / REPLAYS

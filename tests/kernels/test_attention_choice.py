@@ -1,0 +1,94 @@
+"""attention="auto": the table `embedpipe warmup` stores, the choice read from it, and the dispatch per batch
+size (CPU: the CUDA kernels are measured on the H200, tests/kernels/test_gpu_engine.py)."""
+import json
+
+import torch
+
+from embedpipe.kernels.attention import AttentionBackend, AttentionSpec
+from embedpipe.kernels.attention_choice import (ANY_SIZE, SAFE_DEFAULT, AttentionChoice, load_choice,
+                                                ranges_from_timings, shape_key, store_choice)
+from embedpipe.kernels.batch import BucketPolicy, pack
+from embedpipe.kernels.cuda.attention import SelectedAttention, auto_choice
+
+MACHINE = {"gpu": "NVIDIA H200", "torch": "2.11.0+cu130", "flashinfer": "0.6.18.post1"}
+SHAPE = shape_key(16, 8, 128, True, "bfloat16")
+TIMINGS = {128: {"torch-varlen": 0.02, "fa2": 0.03, "fa3": 0.025},
+           2048: {"torch-varlen": 0.05, "fa2": 0.06, "fa3": 0.04},
+           32768: {"torch-varlen": 0.9, "fa2": 1.1, "fa3": 0.7}}
+
+
+def test_the_fastest_backend_per_size_with_bounds_between_the_sizes_measured():
+    assert ranges_from_timings(TIMINGS) == ((512, "torch-varlen"), (ANY_SIZE, "fa3"))  # 512 = sqrt(128 * 2048)
+    assert ranges_from_timings({128: {"fa2": 1.0}, 2048: {"fa3": 1.0}, 32768: {"fa2": 1.0}}) == (
+        (512, "fa2"), (8192, "fa3"), (ANY_SIZE, "fa2"))
+    choice = AttentionChoice(ranges_from_timings(TIMINGS), "measured")
+    assert [choice.backend_for(n) for n in (64, 512, 513, 10 ** 6)] == ["torch-varlen"] * 2 + ["fa3"] * 2
+    assert choice.describe() == "torch-varlen up to 512 tokens, fa3 above (measured)"
+
+
+def test_a_stored_choice_is_read_back_for_its_shape_on_its_machine(tmp_path):
+    path = tmp_path / "attention-choice.json"
+    stored = store_choice(MACHINE, SHAPE, TIMINGS, {"fa2": "RuntimeError: x"}, "2026-12-01T10:00:00", path)
+    loaded = load_choice(MACHINE, SHAPE, path)
+    assert loaded.ranges == stored.ranges == ((512, "torch-varlen"), (ANY_SIZE, "fa3"))
+    assert "measured by embedpipe warmup at 2026-12-01T10:00:00" in loaded.note
+    table = json.loads(path.read_text())
+    assert table["shapes"][SHAPE]["failed"] == {"fa2": "RuntimeError: x"}
+    other = shape_key(12, 12, 64, False, "bfloat16")
+    store_choice(MACHINE, other, {128: {"fa2": 1.0}}, {}, "later", path)  # a second shape joins the table
+    assert load_choice(MACHINE, SHAPE, path).ranges == stored.ranges
+    assert load_choice(MACHINE, other, path).ranges == ((ANY_SIZE, "fa2"),)
+
+
+def test_a_missing_stale_or_corrupt_table_falls_back_to_the_safe_default_and_says_why(tmp_path):
+    path = tmp_path / "attention-choice.json"
+    cases = {"no measured choice": lambda: None,
+             "cannot be read": lambda: path.write_text("{broken"),
+             "another machine or version": lambda: store_choice({**MACHINE, "flashinfer": "0.5"}, SHAPE, TIMINGS,
+                                                                {}, "t", path),
+             "holds no choice for": lambda: store_choice(MACHINE, "other-shape", TIMINGS, {}, "t", path)}
+    for reason, make in cases.items():
+        path.unlink(missing_ok=True)
+        make()
+        choice = load_choice(MACHINE, SHAPE, path)
+        assert choice.ranges == ((ANY_SIZE, SAFE_DEFAULT),), reason
+        assert reason in choice.note and "run `embedpipe warmup`" in choice.note, choice.note
+
+
+def test_head_dim_32_has_one_kernel_and_reads_no_table():
+    choice = auto_choice(AttentionSpec(12, 12, 32, False), torch.device("cpu"), torch.bfloat16)
+    assert choice.ranges == ((ANY_SIZE, SAFE_DEFAULT),) and "head_dim 32" in choice.note
+
+
+class Recording(AttentionBackend):
+    """A backend that records its plans and answers forward() with its name's mark."""
+
+    def __init__(self, spec, mark: float):
+        super().__init__(spec)
+        self.mark, self.plans = mark, []
+
+    def graph_key(self, batch):
+        return (*batch.key, "own")
+
+    def plan(self, cu_seqlens, num_seqs, graph_key=None, device_cu_seqlens=None):
+        self.plans.append((int(cu_seqlens[-1]), graph_key))
+
+    def forward(self, q, k, v):
+        return torch.full_like(q, self.mark)
+
+
+def test_selected_attention_runs_each_batch_size_on_its_backend_and_keys_graphs_by_it():
+    spec = AttentionSpec(2, 2, 64, False)
+    small, large = Recording(spec, 1.0), Recording(spec, 2.0)
+    attn = SelectedAttention(spec, {"torch-varlen": small, "fa3": large},
+                             AttentionChoice(((512, "torch-varlen"), (ANY_SIZE, "fa3")), "measured"))
+    q = torch.zeros(4, 2, 64)
+    for lengths, name, backend in (([100, 200], "torch-varlen", small), ([600, 300], "fa3", large)):
+        batch = pack([[1] * n for n in lengths], BucketPolicy())
+        key = attn.graph_key(batch)
+        assert key == (name, *batch.key, "own")
+        attn.plan(batch.cu_seqlens, batch.num_seqs, key)  # captured or replayed: the key names the backend
+        assert backend.plans[-1] == (batch.key[0], (*batch.key, "own")) and attn.forward(q, q, q)[0, 0, 0] == backend.mark
+        attn.plan(batch.cu_seqlens, batch.num_seqs)  # eager: chosen by the batch's padded tokens
+        assert backend.plans[-1] == (batch.key[0], None) and attn.forward(q, q, q)[0, 0, 0] == backend.mark
+    assert len(small.plans) == len(large.plans) == 2
