@@ -129,7 +129,8 @@ def _longest(cu_seqlens: torch.Tensor) -> int:
 class SelectedAttention(AttentionBackend):
     """Several backends, each running the batch sizes its range of the choice covers (attention_choice.py).
 
-    A graph key names its backend, so each graph captures the kernels of the backend that planned it."""
+    A graph key ends with its backend's name (it starts with the padded tokens, as every key), so each graph
+    captures the kernels of the backend that planned it."""
 
     def __init__(self, spec: AttentionSpec, backends: dict[str, AttentionBackend], choice: AttentionChoice):
         super().__init__(spec)
@@ -138,12 +139,12 @@ class SelectedAttention(AttentionBackend):
 
     def graph_key(self, batch) -> tuple:
         name = self.choice.backend_for(batch.key[0])
-        return (name, *self.backends[name].graph_key(batch))
+        return (*self.backends[name].graph_key(batch), name)
 
     def plan(self, cu_seqlens: torch.Tensor, num_seqs: int, graph_key=None, device_cu_seqlens=None) -> None:
-        name = graph_key[0] if graph_key is not None else self.choice.backend_for(int(cu_seqlens[-1]))
+        name = graph_key[-1] if graph_key is not None else self.choice.backend_for(int(cu_seqlens[-1]))
         self._current = self.backends[name]
-        self._current.plan(cu_seqlens, num_seqs, None if graph_key is None else graph_key[1:], device_cu_seqlens)
+        self._current.plan(cu_seqlens, num_seqs, None if graph_key is None else graph_key[:-1], device_cu_seqlens)
 
     def forward(self, q, k, v):
         return self._current.forward(q, k, v)

@@ -21,6 +21,9 @@ def test_the_fastest_backend_per_size_with_bounds_between_the_sizes_measured():
     assert ranges_from_timings(TIMINGS) == ((512, "torch-varlen"), (ANY_SIZE, "fa3"))  # 512 = sqrt(128 * 2048)
     assert ranges_from_timings({128: {"fa2": 1.0}, 2048: {"fa3": 1.0}, 32768: {"fa2": 1.0}}) == (
         (512, "fa2"), (8192, "fa3"), (ANY_SIZE, "fa2"))
+    # within 5% of the default is noise: the default stays (BERT-base 1 x 128 on the H200: 6.69 vs 6.76 us)
+    assert ranges_from_timings({128: {"torch-varlen": 1.0, "fa3": 0.96}, 2048: {"torch-varlen": 1.0, "fa3": 0.9}}) == (
+        (512, "torch-varlen"), (ANY_SIZE, "fa3"))
     choice = AttentionChoice(ranges_from_timings(TIMINGS), "measured")
     assert [choice.backend_for(n) for n in (64, 512, 513, 10 ** 6)] == ["torch-varlen"] * 2 + ["fa3"] * 2
     assert choice.describe() == "torch-varlen up to 512 tokens, fa3 above (measured)"
@@ -68,7 +71,7 @@ class Recording(AttentionBackend):
         self.mark, self.plans = mark, []
 
     def graph_key(self, batch):
-        return (*batch.key, "own")
+        return (*batch.key, "own")  # starts with the padded tokens, as every key (GraphCache reads key[0])
 
     def plan(self, cu_seqlens, num_seqs, graph_key=None, device_cu_seqlens=None):
         self.plans.append((int(cu_seqlens[-1]), graph_key))
@@ -86,7 +89,7 @@ def test_selected_attention_runs_each_batch_size_on_its_backend_and_keys_graphs_
     for lengths, name, backend in (([100, 200], "torch-varlen", small), ([600, 300], "fa3", large)):
         batch = pack([[1] * n for n in lengths], BucketPolicy())
         key = attn.graph_key(batch)
-        assert key == (name, *batch.key, "own")
+        assert key == (*batch.key, "own", name)
         attn.plan(batch.cu_seqlens, batch.num_seqs, key)  # captured or replayed: the key names the backend
         assert backend.plans[-1] == (batch.key[0], (*batch.key, "own")) and attn.forward(q, q, q)[0, 0, 0] == backend.mark
         attn.plan(batch.cu_seqlens, batch.num_seqs)  # eager: chosen by the batch's padded tokens
