@@ -51,7 +51,8 @@ def random_corpus(path: Path, num_rows: int, model_folder: Path, seed: int = 0) 
 
 
 class NullEngine:
-    """Engine's interface for the job (output, device, counters, max_in_flight, step) with no model behind it."""
+    """Engine's interface for the job (output, device, counters, attention, max_in_flight, step) with no model
+    behind it."""
 
     def __init__(self, config):
         import torch
@@ -64,6 +65,7 @@ class NullEngine:
         self.device = torch.device("cpu")
         self.counters = GraphCounters()
         self.warm_up_s = None  # load_engine's stand-in: nothing to warm up
+        self.attention = "none (no model)"
         self.max_in_flight = config.max_in_flight
         # one buffer for every result: a CUDA engine's results arrive in pinned buffers it allocated once
         self._zeros = torch.zeros((MAX_SEQS, self.output.width), dtype=self.output.torch_dtype)

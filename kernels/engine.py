@@ -180,6 +180,11 @@ class Engine:
             torch.set_num_threads(1)
 
     @property
+    def attention(self) -> str:
+        """The attention backend this engine runs, and why (attention_choice.AttentionChoice.describe)."""
+        return self.attn.choice.describe()
+
+    @property
     def max_in_flight(self) -> int:
         return self.config.max_in_flight
 

@@ -58,7 +58,7 @@ def run_warmup(config: EngineConfig) -> dict[str, float | int | str]:
         timings |= engine.measure_attention()
         if any(name.startswith("attention_") for name in timings):
             engine = Engine(config)  # built again, with the choice just stored
-    timings["attention"] = engine.attn.choice.describe()
+    timings["attention"] = engine.attention
     max_len = min(engine.folder.max_seq_length, 512)
     for num_seqs, length in WARMUP_SHAPES:
         batch = pack([[100 + i % 1000 for i in range(min(length, max_len))]] * num_seqs, BucketPolicy())

@@ -106,7 +106,7 @@ class LocalEngine:
     @property
     def attention(self) -> str | None:
         """The CUDA attention backend and why it was chosen (None on the CPU, which has one)."""
-        return self.engine.attn.choice.describe() if self.engine.device.type == "cuda" else None
+        return self.engine.attention if self.engine.device.type == "cuda" else None
 
     def embed(self, prepared: PreparedJob, progress: Progress) -> list[EngineReport]:
         keep_vectors = self.job.index_factory == "Flat" and not self.job.sharded  # this process builds it

@@ -59,7 +59,7 @@ class UnitRunner(UnitFilesRunner):
         return EngineReport(str(self.engine.device), c.units, c.rows, c.tokens, c.rejected, c.truncated,
                             self.batcher.stats, self.engine.counters.as_dict(), list(c.bad_files),
                             self.in_flight.num_splits, c.main_thread_cpu_s, c.writer_thread_cpu_s, c.chunk_wait_s,
-                            c.first_chunk_s, self.engine.attn.choice.describe())
+                            c.first_chunk_s, self.engine.attention)
 
     def _open_file(self, unit: WorkUnit, schema: pa.Schema) -> UnitWriter:
         output = self.engine.output

@@ -45,10 +45,10 @@ def test_warmup_measures_the_attention_backends_and_auto_runs_the_fastest(tmp_pa
     assert len(measured) == 9, measured  # 3 sizes x (torch-varlen, fa2, fa3)
     engine = Engine(EngineConfig(model=str(tmp_path / "model"), device="cuda"))
     assert "measured by embedpipe warmup" in engine.attn.choice.note
-    assert timings["attention"] == engine.attn.choice.describe()
+    assert timings["attention"] == engine.attention
     write_corpus(tmp_path / "in", variant_texts(300), num_files=1, row_group_size=100)
     # the job's process inherits EMBEDPIPE_CACHE_DIR
     result = run_index(tmp_path / "in", "--output", tmp_path / "out", "--model", tmp_path / "model", "--device", "cuda")
     assert result.returncode == 0, result.stderr
-    assert f"attention: {engine.attn.choice.describe()}" in result.stderr
-    assert json.loads((tmp_path / "out" / "metrics.json").read_text())["engine"]["attention"] == engine.attn.choice.describe()
+    assert f"attention: {engine.attention}" in result.stderr
+    assert json.loads((tmp_path / "out" / "metrics.json").read_text())["engine"]["attention"] == engine.attention
