@@ -32,6 +32,36 @@ def fail(message: str, code: int = 2):
     raise SystemExit(code)
 
 
+def read_texts(texts: list[str] | None, input_file: Path | None) -> list[str]:
+    """embed's texts: the arguments, standard input (`-` or --input-file -) or a file, one a line (a .jsonl file:
+    the "text" field of each line); blank lines are skipped. A problem is a one-line usage error."""
+    if texts and input_file is not None:
+        fail("give texts or --input-file, not both")
+    if texts != ["-"] and input_file is None:
+        if not texts:
+            fail("nothing to embed: give texts, - (standard input) or --input-file FILE")
+        return texts
+    source = "standard input" if texts == ["-"] or str(input_file) == "-" else str(input_file)
+    try:
+        lines = sys.stdin.read().splitlines() if source == "standard input" else \
+            input_file.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        fail(f"cannot read {source}: {getattr(error, 'strerror', None) or error}")
+    if input_file is not None and input_file.suffix == ".jsonl":
+        return [_jsonl_text(line, source, number) for number, line in enumerate(lines, 1) if line.strip()]
+    return [line for line in lines if line.strip()]
+
+
+def _jsonl_text(line: str, source: str, number: int) -> str:
+    try:
+        text = json.loads(line).get("text")
+    except (ValueError, AttributeError):
+        text = None
+    if not isinstance(text, str):
+        fail(f"{source}, line {number}: not a JSON object with a string \"text\" field")
+    return text
+
+
 def run_embed(config, texts: list[str], prompt: str | None, prompt_name: str | None) -> None:
     """Prints each text's embedding as a JSON line; config: an EngineConfig."""
     from embedpipe.kernels.engine import Engine

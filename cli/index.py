@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from embedpipe.cli.options import DEVICE, DIM, DTYPE, EF_SEARCH, MODEL, NPROBE, PROMPT, PROMPT_NAME, Device, OutputDtype
+from embedpipe.cli.options import DEVICE, DIM, DTYPE, EF_SEARCH, MODEL, NPROBE, PROMPT, PROMPT_NAME, OutputDtype
 from embedpipe.pipeline.config import IndexOptions
 
 DEFAULTS = IndexOptions()
@@ -66,7 +66,7 @@ QUIET = typer.Option(False, "--quiet", "-q", help="No progress output.")
 def index(
     ctx: typer.Context,
     inputs: Optional[list[str]] = INPUTS, output: Optional[str] = OUTPUT, config: Optional[Path] = CONFIG,
-    model: str = MODEL, device: Device = DEVICE,
+    model: str = MODEL, device: str = DEVICE,
     precision: Optional[Precision] = typer.Option(
         None, "--precision", help="Weights and activations (default: bfloat16 on CUDA, float32 on CPU)."),
     dtype: OutputDtype = DTYPE, dim: Optional[int] = DIM,
@@ -132,9 +132,9 @@ def query(
     prompt: Optional[str] = PROMPT,
     prompt_name: Optional[str] = typer.Option(
         None, "--prompt-name", help="A prompt of the model (default: its `query` prompt when it has one)."),
-    device: Device = DEVICE, nprobe: Optional[int] = NPROBE, ef_search: Optional[int] = EF_SEARCH,
+    device: str = DEVICE, nprobe: Optional[int] = NPROBE, ef_search: Optional[int] = EF_SEARCH,
 ):
     """Embed TEXT with the index's model and settings (query prompt applied) and print the top-k rows."""
     from embedpipe.cli.commands import run_query
-    run_query(text, index, k, as_json, model, dim, dtype and dtype.value, prompt, prompt_name, device.value,
+    run_query(text, index, k, as_json, model, dim, dtype and dtype.value, prompt, prompt_name, device,
               nprobe, ef_search)

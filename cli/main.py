@@ -4,29 +4,44 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from pathlib import Path
 from typing import Optional
 
 import typer
 
-from embedpipe.cli.options import (DEVICE, DIM, DTYPE, MODEL, PROMPT, PROMPT_NAME, Device, OutputDtype,  # noqa: F401
+from embedpipe.cli.options import (DEVICE, DIM, DTYPE, MODEL, PROMPT, PROMPT_NAME, OutputDtype,  # noqa: F401
                                    engine_config)
 
+# help as plain text: Rich markup ate "[ray]" in a help string and showed "<bool>" after every flag
 app = typer.Typer(help="Offline batch embedding and indexing on ragged, graph-replayed engines.",
-                  no_args_is_help=True, add_completion=False)
+                  no_args_is_help=True, add_completion=False, rich_markup_mode=None,
+                  context_settings={"help_option_names": ["-h", "--help"]})
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+        print(f"embedpipe {version('embedpipe')}")
+        raise typer.Exit()
 
 
 @app.callback()
-def _group():
+def _group(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                        help="Print the version and exit.")):
     """Offline batch embedding and indexing on ragged, graph-replayed engines."""
 
 
 @app.command()
-def embed(texts: list[str] = typer.Argument(..., help="Texts to embed."),
+def embed(texts: Optional[list[str]] = typer.Argument(None, help="Texts to embed; - reads them from standard input."),
+          input_file: Optional[Path] = typer.Option(
+              None, "--input-file", "-i",
+              help="Read the texts from this file (- : standard input): one a line, or with a .jsonl name JSON "
+                   "lines with a \"text\" field. Blank lines are skipped."),
           model: str = MODEL, dim: Optional[int] = DIM, dtype: OutputDtype = DTYPE,
-          prompt: Optional[str] = PROMPT, prompt_name: Optional[str] = PROMPT_NAME, device: Device = DEVICE):
-    """Print the embedding of each TEXT as a JSON line."""
-    from embedpipe.cli.commands import run_embed
-    run_embed(engine_config(model, dim, dtype, device), texts, prompt, prompt_name)
+          prompt: Optional[str] = PROMPT, prompt_name: Optional[str] = PROMPT_NAME, device: str = DEVICE):
+    """Print the embedding of each TEXT as a JSON line ({"text": ..., "embedding": [...]})."""
+    from embedpipe.cli.commands import read_texts, run_embed
+    run_embed(engine_config(model, dim, dtype, device), read_texts(texts, input_file), prompt, prompt_name)
 
 
 from embedpipe.cli.index import index, merge, query  # noqa: E402 - their options live in cli/index.py

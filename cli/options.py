@@ -1,6 +1,7 @@
 """Choices and options shared by several commands."""
 from __future__ import annotations
 
+import re
 from enum import Enum
 from typing import Optional
 
@@ -13,10 +14,12 @@ from embedpipe.kernels.output_dtypes import OUTPUT_DTYPES
 OutputDtype = Enum("OutputDtype", {name: name for name in OUTPUT_DTYPES}, type=str)
 
 
-class Device(str, Enum):
-    auto = "auto"
-    cpu = "cpu"
-    cuda = "cuda"
+def check_device(device: str) -> str:
+    """--device of every command: auto, cpu, cuda or cuda:N (a one-line usage error otherwise)."""
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
+        from embedpipe.cli.commands import fail
+        fail(f"--device must be auto, cpu, cuda or cuda:N, not {device!r}")
+    return device
 
 
 MODEL = typer.Option("minilm", "--model", "-m", help="Short name (minilm) or a local model folder.")
@@ -24,18 +27,19 @@ DIM = typer.Option(None, "--dim", help="Matryoshka truncation to this many dimen
 DTYPE = typer.Option(OutputDtype.float32, "--dtype", help="Output dtype (int8: round(tanh(x)*127); binary: packed bits).")
 PROMPT = typer.Option(None, "--prompt", help="Literal prompt prepended to every text.")
 PROMPT_NAME = typer.Option(None, "--prompt-name", help="A prompt named in the model's sentence-transformers config.")
-DEVICE = typer.Option(Device.auto, "--device", help="auto: CUDA when available, else CPU.")
+DEVICE = typer.Option("auto", "--device", callback=check_device,
+                      help="auto (CUDA when available, else the CPU), cpu, cuda or cuda:N.")
 NPROBE = typer.Option(None, "--nprobe", help="IVF indexes: inverted lists visited per query (default: the one "
                                              "written into the index, chosen for recall@10 >= 0.95).")
 EF_SEARCH = typer.Option(None, "--ef-search", help="HNSW indexes: candidates kept per query (default: the one "
                                                    "written into the index, chosen for recall@10 >= 0.95).")
 
 
-def engine_config(model: str, dim: Optional[int], dtype: OutputDtype, device: Device):
+def engine_config(model: str, dim: Optional[int], dtype: OutputDtype, device: str):
     """The EngineConfig of the options; a value it refuses (--dim 0) is a one-line usage error, exit 2."""
     from embedpipe.cli.commands import fail
     from embedpipe.kernels.engine import EngineConfig
     try:
-        return EngineConfig(model=model, dim=dim, output_dtype=dtype.value, device=device.value)
+        return EngineConfig(model=model, dim=dim, output_dtype=dtype.value, device=device)
     except ValueError as error:
         fail(str(error))

@@ -1,14 +1,13 @@
 """`embedpipe serve`: options -> ServeConfig. Registered on the app in cli/main.py."""
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from embedpipe.cli.options import EF_SEARCH, MODEL, NPROBE
+from embedpipe.cli.options import DEVICE, EF_SEARCH, MODEL, NPROBE
 
 
 def serve(model: str = MODEL,
@@ -16,7 +15,7 @@ def serve(model: str = MODEL,
           nprobe: Optional[int] = NPROBE, ef_search: Optional[int] = EF_SEARCH,
           host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
           port: int = typer.Option(8080, "--port", help="Port to listen on."),
-          device: str = typer.Option("auto", "--device", help="auto (CUDA when available), cpu, cuda or cuda:N."),
+          device: str = DEVICE,
           max_inputs: int = typer.Option(2048, "--max-inputs", help="Most inputs (texts or token lists) per request."),
           max_input_tokens: Optional[int] = typer.Option(
               None, "--max-input-tokens", help="Most tokens per input (default: the model's max_seq_length)."),
@@ -46,8 +45,6 @@ def serve(model: str = MODEL,
     from embedpipe.pipeline.batching.batcher import BatcherConfig
     from embedpipe.cli.commands import USER_ERRORS, fail
     from embedpipe.pipeline.errors import JobFault
-    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
-        fail(f"--device must be auto, cpu, cuda or cuda:N, not {device!r}")
     try:
         from embedpipe.pipeline.serve.app import ServeConfig
         from embedpipe.pipeline.serve.launch import run_server

@@ -4,10 +4,10 @@ from __future__ import annotations
 import sys
 from typing import Optional
 
-from embedpipe.cli.options import DEVICE, DIM, DTYPE, MODEL, Device, OutputDtype, engine_config
+from embedpipe.cli.options import DEVICE, DIM, DTYPE, MODEL, OutputDtype, engine_config
 
 
-def warmup(model: str = MODEL, dim: Optional[int] = DIM, dtype: OutputDtype = DTYPE, device: Device = DEVICE):
+def warmup(model: str = MODEL, dim: Optional[int] = DIM, dtype: OutputDtype = DTYPE, device: str = DEVICE):
     """Compile MODEL's kernels ahead of a job so a cron run does not pay for it.
 
     On CUDA it first times the attention kernels (PyTorch's flash varlen, FlashInfer fa2 and fa3) on
