@@ -6,11 +6,21 @@ cluster (--ray, scale/ray_job.py). Only cli/ and users import this module.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
+from pathlib import Path
+
+import numpy as np
 
 from embedpipe.kernels.batch import BucketPolicy, pack
 from embedpipe.kernels.engine import Engine, EngineConfig
-from embedpipe.pipeline.config import IndexOptions, JobConfig, job_config
+from embedpipe.kernels.models.model_folder import ModelLoadError
+from embedpipe.kernels.output_dtypes import output_dtype
+from embedpipe.pipeline.batching.batcher import BatcherConfig
+from embedpipe.pipeline.batching.embed import embed_token_ids, embed_texts
+from embedpipe.pipeline.config import ConfigError, IndexOptions, JobConfig, job_config
+from embedpipe.pipeline.serve.query import engine_config_of, load_index, query_prompt_name
+from embedpipe.pipeline.text.tokenizer import make_tokenizer
 from embedpipe.pipeline.index import tokenize_job
 from embedpipe.pipeline.index.job import JobResult, LocalEngine, OpenEmbedder, run_job
 from embedpipe.pipeline.scale.devices import DeviceEngines
@@ -68,3 +78,95 @@ def run_warmup(config: EngineConfig) -> dict[str, float | int | str]:
             timings[f"{num_seqs}x{length}_{phase}_s"] = time.perf_counter() - start
     timings.update(engine.counters.as_dict())
     return timings
+
+
+# ---- the Python API (embedpipe/__init__.py, pipeline/public/) ----
+
+class TextEmbedder:
+    """embedpipe.Embedder's engine and tokenizer; settings it cannot take raise ConfigError (a UserError)."""
+
+    def __init__(self, model: str, device: str, dim: int | None, dtype: str, prompt: str | None,
+                 prompt_name: str | None, batch_tokens: int | None):
+        try:
+            self.engine = Engine(EngineConfig(model=model, device=device, dim=dim, output_dtype=dtype))
+            self.tokenizer = make_tokenizer(self.engine, prompt, prompt_name)
+            self.batching = _batching(batch_tokens)
+        except (ModelLoadError, ValueError, RuntimeError) as error:  # RuntimeError: a malformed device name
+            raise ConfigError(str(error)) from error
+
+    def encode(self, inputs, batch_tokens: int | None = None) -> np.ndarray:
+        batching = self.batching if batch_tokens is None else _batching(batch_tokens)
+        if isinstance(inputs, str):
+            inputs = [inputs]
+        inputs = list(inputs)
+        if not inputs:
+            return np.empty((0, self.engine.output.width), dtype=self.engine.output.numpy_dtype)
+        if all(isinstance(item, str) for item in inputs):
+            ids, _ = self.tokenizer.encode(inputs)
+        elif all(not isinstance(item, str) and len(item) for item in inputs):
+            ids = [list(map(int, item)) for item in inputs]
+        else:
+            raise ConfigError("inputs must be texts or non-empty token-id lists, not a mix")
+        return embed_token_ids(self.engine, ids, batching)
+
+
+def _batching(batch_tokens: int | None) -> BatcherConfig:
+    if batch_tokens is None:
+        return BatcherConfig()
+    try:
+        return BatcherConfig(max_batch_tokens=batch_tokens)
+    except ValueError as error:
+        raise ConfigError(f"batch_tokens: {error}") from error
+
+
+def index_job(inputs: list, output, options: dict) -> JobResult:
+    """embedpipe.index(): IndexOptions by name (quiet unless asked), the job picked as `embedpipe index` does."""
+    names = {f.name for f in dataclasses.fields(IndexOptions)} - {"inputs", "output"}
+    unknown = sorted(set(options) - names)
+    if unknown:
+        raise ConfigError(f"index() has no option {unknown[0]!r}; its options: {', '.join(sorted(names))}")
+    options = {"quiet": True, **options}
+    if isinstance(options.get("keep_columns"), str):
+        options["keep_columns"] = (options["keep_columns"],)
+    return run_index(job_config(IndexOptions(inputs=tuple(map(str, inputs)), output=str(output), **options)))
+
+
+class IndexSearch:
+    """embedpipe.SearchIndex: the FAISS index of an output folder, and the engine of its model once a text query
+    needs it."""
+
+    def __init__(self, output: Path, device: str, nprobe: int | None, ef_search: int | None):
+        self.index = load_index(output, nprobe, ef_search)
+        self.device = device
+        self._embedder: tuple[Engine, object] | None = None
+
+    def search(self, queries, k: int) -> list[list[dict]]:
+        if isinstance(queries, str):
+            queries = [queries]
+        if isinstance(queries, np.ndarray):
+            vectors = self._index_form(queries)
+        else:
+            engine, tokenizer = self._text_embedder()
+            vectors = embed_texts(engine, tokenizer, list(queries))
+        return self.index.search(vectors, k)
+
+    def _text_embedder(self):
+        if self._embedder is None:
+            try:
+                engine = Engine(engine_config_of(self.index.meta, self.device))
+            except (ModelLoadError, ValueError) as error:
+                raise ConfigError(str(error)) from error
+            self._embedder = engine, make_tokenizer(engine, None, query_prompt_name(engine.folder, None, None))
+        return self._embedder
+
+    def _index_form(self, vectors: np.ndarray) -> np.ndarray:
+        """[q, dim] float32 -> the index's dtype (quantised as the Pooler stores its vectors)."""
+        meta, dtype = self.index.meta, output_dtype(self.index.meta["dtype"])
+        if vectors.ndim != 2:
+            raise ConfigError(f"query vectors must be [q, dim], not of shape {vectors.shape}")
+        if np.issubdtype(vectors.dtype, np.floating) and not dtype.is_float:
+            vectors = dtype.quantise(vectors.astype(np.float32))
+        if vectors.shape[1] != dtype.width(meta["dimension"]):
+            raise ConfigError(f"query vectors have {vectors.shape[1]} columns; the index's {meta['dtype']} vectors "
+                              f"have {dtype.width(meta['dimension'])}")
+        return vectors

@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from support.paths import REPO
+from support.paths import source_modules
 
-SOURCES = {"cli": "embedpipe.cli", "pipeline": "embedpipe.pipeline", "kernels": "embedpipe.kernels"}
 K, P = "embedpipe.kernels", "embedpipe.pipeline"
 KERNELS_SURFACE = [f"{K}.{name}" for name in ("attention", "attention_choice", "batch", "engine", "graph_cache", "lazy_tensor", "ops",
                                               "output_dtypes", "pooling")]
@@ -42,20 +41,11 @@ RULES: dict[str, tuple[list[str], set[str]]] = {
                     *GROUND], {"numpy", "torch", "starlette", "uvicorn", "prometheus_client", "pyarrow"}),
     f"{P}.verify": ([f"{P}.verify", f"{P}.inputs", f"{P}.output", f"{K}.output_dtypes", *GROUND],
                     {"numpy", "pyarrow", "faiss"}),
-    f"{P}.api": ([P, K], set()),
+    f"{P}.api": ([P, K], {"numpy"}),
+    "embedpipe": ([f"{P}.api", f"{P}.errors"], set()),  # the Python API: a face over api.py, loading no torch
     "embedpipe.cli": (["embedpipe"], {"typer", "click"}),
 }
 NEVER_TORCH = [f"{P}.text", f"{P}.inputs", f"{P}.output", f"{P}.verify", f"{P}.util", f"{K}.output_dtypes"]
-
-
-def modules() -> dict[str, Path]:
-    found = {}
-    for folder, package in SOURCES.items():
-        for path in sorted((REPO / folder).rglob("*.py")):
-            parts = path.relative_to(REPO / folder).with_suffix("").parts
-            name = ".".join([package, *parts])
-            found[name.removesuffix(".__init__")] = path
-    return found
 
 
 def imports_of(path: Path) -> set[str]:
@@ -81,7 +71,7 @@ def within(name: str, prefixes: list[str]) -> bool:
     return any(name == p or name.startswith(p + ".") for p in prefixes)
 
 
-HOUSE = modules()
+HOUSE = source_modules()
 GRAPH = {name: {i for i in imports_of(path) if i in HOUSE and i != name} for name, path in HOUSE.items()}
 
 

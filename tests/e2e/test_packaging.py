@@ -10,10 +10,14 @@ import zipfile
 
 import pytest
 
-from support.paths import REPO
+from support.paths import REPO, source_modules
 
 ROOT = REPO
-SOURCE_FOLDERS = {"cli": "embedpipe/cli", "pipeline": "embedpipe/pipeline", "kernels": "embedpipe/kernels"}
+
+
+def wheel_path(name: str, path) -> str:
+    """Where a module of the source tree lies in the wheel: embedpipe/pipeline/api.py, embedpipe/__init__.py."""
+    return "/".join(name.split(".")) + ("/__init__.py" if path.name == "__init__.py" else ".py")
 
 
 @pytest.mark.slow
@@ -22,8 +26,7 @@ def test_the_wheel_ships_every_package_and_module(tmp_path):
                     "-w", str(tmp_path), str(ROOT)], check=True, capture_output=True, timeout=600)
     wheel = zipfile.ZipFile(next(tmp_path.glob("embedpipe-*.whl")))
     shipped = set(wheel.namelist())
-    expected = {f"{installed}/{path.relative_to(ROOT / folder)}" for folder, installed in SOURCE_FOLDERS.items()
-                for path in (ROOT / folder).rglob("*.py") if "__pycache__" not in path.parts}
+    expected = {wheel_path(name, path) for name, path in source_modules().items()}
     assert not expected - shipped, f"missing from the wheel: {sorted(expected - shipped)}"
     stale = {name for name in shipped if name.endswith(".py")} - expected  # e.g. from an old build/ folder
     assert not stale, f"the wheel ships modules the source no longer has: {sorted(stale)}"
@@ -51,13 +54,12 @@ def test_the_installed_wheel_imports_every_package_from_itself(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site),
                     str(next((tmp_path / "wheel").glob("embedpipe-*.whl")))], check=True, capture_output=True,
                    timeout=600)
-    packages = sorted({".".join(["embedpipe", folder, *path.parent.relative_to(ROOT / folder).parts])
-                       for folder in SOURCE_FOLDERS for path in (ROOT / folder).rglob("__init__.py")})
+    packages = sorted(name for name, path in source_modules().items() if path.name == "__init__.py")
     env = {**os.environ, "PYTHONPATH": str(site)}  # ahead of the editable install's finder
     checked = subprocess.run([sys.executable, "-c", INSTALLED_CHECK, json.dumps(packages), str(site)], env=env,
                              capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert checked.returncode == 0, checked.stderr
-    assert int(checked.stdout) == len(packages) >= 15
+    assert int(checked.stdout) == len(packages) >= 16 and "embedpipe" in packages
     command = subprocess.run([str(site / "bin" / "embedpipe"), "--help"], env=env, capture_output=True, text=True,
                              timeout=120, cwd=tmp_path)
     assert command.returncode == 0 and "index" in command.stdout, command.stderr
