@@ -1,9 +1,13 @@
 """Reads a local Hugging Face / sentence-transformers model folder. Nothing is downloaded."""
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from embedpipe.kernels.models.hf_cache import hub_snapshot, is_hub_id
 
 # The one model registry: config.json's model_type -> (module of kernels/, class) that runs it. Read here,
 # without torch, to check a folder before anything loads; kernels/models/loader.py imports the class.
@@ -28,16 +32,22 @@ def builtin_models() -> dict[str, Path]:
 
 
 def resolve_model_path(name: str) -> Path:
-    """A short name (`minilm`) or a path to a local folder."""
+    """A short name (`minilm`), a path to a local folder, or a model id in the local Hugging Face cache
+    (ORG/NAME[@REVISION], hf_cache.py; a local folder of that name comes first)."""
     builtin = builtin_models()
     if name in builtin:
         return builtin[name]
     path = Path(name).expanduser()
-    if not path.is_dir():
-        known = ", ".join(sorted(builtin)) or "none installed"
-        raise ModelLoadError(f"model {name!r} is neither a local folder nor a short name (short names: {known}); "
-                             "embedpipe never downloads models")
-    return path.resolve()
+    if path.is_dir():
+        return path.resolve()
+    if is_hub_id(name):
+        snapshot = hub_snapshot(name)
+        if isinstance(snapshot, str):
+            raise ModelLoadError(snapshot)
+        return snapshot
+    known = ", ".join(sorted(builtin)) or "none installed"
+    raise ModelLoadError(f"model {name!r} is neither a local folder, a short name (short names: {known}) nor a "
+                         "model id (ORG/NAME[@REVISION]) of the local Hugging Face cache; embedpipe never downloads models")
 
 
 def _read_json(folder: Path, rel: str, required: bool = True) -> dict | list | None:
@@ -75,6 +85,19 @@ class ModelFolder:
     @property
     def hidden_size(self) -> int:
         return int(self.config["hidden_size"])
+
+    @functools.cached_property
+    def fingerprint(self) -> str:
+        """Names the weights whatever path or id reached them: a hash of config.json and, per weights file, its
+        name, size and first and last MiB (hashing gigabytes whole would take seconds)."""
+        digest = hashlib.sha256((self.path / "config.json").read_bytes())
+        for weights in sorted(p for p in self.path.iterdir() if p.suffix in (".safetensors", ".bin")):
+            size = weights.stat().st_size
+            with open(weights, "rb") as file:
+                head = file.read(1 << 20)
+                file.seek(max(size - (1 << 20), 0))
+                digest.update(f"{weights.name}:{size}".encode() + head + file.read())
+        return f"sha256:{digest.hexdigest()[:16]}"
 
     def prompt(self, name: str | None) -> str:
         """The prompt text for a prompt name (None: the model's default prompt, if any)."""

@@ -152,7 +152,9 @@ def finish_job(prepared: PreparedJob, reports: list[EngineReport], progress: Pro
     metrics["output_rejected_rows"] = write_rejected_table(job.output)
     if not job.sharded and units and not missing:
         building = time.perf_counter()
-        meta = index_outputs([job.output], job.output, job.index_factory, prepared.settings, in_memory)
+        # index.json names the weights too, so `serve --index` takes the model by another path or id
+        settings = {**prepared.settings, "model_fingerprint": prepared.spec.folder.fingerprint}
+        meta = index_outputs([job.output], job.output, job.index_factory, settings, in_memory)
         metrics["index"] = {key: meta.get(key)
                             for key in ("factory", "metric", "num_rows", "dimension", "duplicate_ids")}
         metrics["index_build_s"] = time.perf_counter() - building

@@ -146,7 +146,9 @@ def plan_units(job: JobConfig, settings: dict, folder: str = EMBEDDINGS_FOLDER,
 def job_settings(job: JobConfig, spec: ModelSpec, tokenizer: TextTokenizer) -> dict:
     """What fixes the embeddings of a job (OUTPUT/job.json); `query` rebuilds the engine from it."""
     output = spec.output
-    model = job.engine.model if job.engine.model in builtin_models() else str(spec.folder.path)
+    # a short name or a Hugging Face id as given (the same weights elsewhere); a local folder by its full path
+    named = job.engine.model in builtin_models() or not Path(job.engine.model).expanduser().is_dir()
+    model = job.engine.model if named else str(spec.folder.path)
     settings = {"model": model,
                 "pooling": output.pooling, "normalize": output.normalize, "dim": output.dim,
                 "dtype": output.dtype, "prompt": tokenizer.prompt, "max_seq_length": tokenizer.max_length,

@@ -26,7 +26,8 @@ def load_index(path: Path, engine: Engine, nprobe: int | None = None, ef_search:
     """The index of an `embedpipe index` OUTPUT folder, checked against the served model."""
     index = read_index(path, nprobe, ef_search)
     meta, output = index.meta, engine.output
-    if meta.get("model") not in (None, engine.config.model, str(engine.folder.path)):
+    same_weights = meta.get("model_fingerprint") == engine.folder.fingerprint  # by another path or id
+    if meta.get("model") not in (None, engine.config.model, str(engine.folder.path)) and not same_weights:
         raise ValueError(f"index {path} was made with model {meta['model']}; serve it with --model {meta['model']}")
     for name, served in (("pooling", output.pooling), ("normalize", output.normalize)):
         if meta.get(name, served) != served:
