@@ -161,6 +161,26 @@ def run_merge(outputs: list[Path], into: Path, factory: str, allow_incomplete: b
           f"at {into / INDEX_FILE}", file=sys.stderr)
 
 
+def run_export(output: Path, destination: str, ann_index: bool) -> None:
+    """Exit codes: 0 exported, 2 not an output, another table's output or no lancedb, 4 OUTPUT is locked."""
+    try:
+        from embedpipe.pipeline.output.lancedb_export import export_to_lancedb
+        import lancedb  # noqa: F401 - the extra; checked before OUTPUT is locked
+    except ImportError as e:
+        fail(f"{e.name} is missing; install the LanceDB extra: pip install 'embedpipe[lancedb]'")
+    try:
+        with contextlib.ExitStack() as held:  # shared: no index job rewrites units while they are read
+            if (output / LOCK_FILE).exists():
+                held.enter_context(output_lock(output, exclusive=False))
+            result = export_to_lancedb(output, destination, ann_index)
+    except USER_ERRORS as e:
+        fail(str(e))
+    except OutputLocked as e:
+        fail(str(e), 4)
+    print(f"embedpipe: exported {result.added_rows:,} rows of {result.added_units} units to {result.table} "
+          f"({result.removed_units} units removed; {result.rows:,} rows in the table)", file=sys.stderr)
+
+
 def run_verify(outputs: list, index_dir, inputs: list[str] | None) -> None:
     """Prints each check; exit codes: 0 all hold, 1 a check failed, 2 not an output folder or bad inputs, 4 locked."""
     from embedpipe.pipeline.verify.checks import verify

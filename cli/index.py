@@ -119,6 +119,17 @@ def merge(
     run_merge(outputs, into or outputs[0], index_factory, allow_incomplete)
 
 
+def export(
+    output: Path = typer.Argument(..., help="An index job's output folder."),
+    destination: str = typer.Argument(..., help="lancedb://DIR or lancedb://DIR#TABLE (default table: embeddings)."),
+    ann_index: bool = typer.Option(False, "--ann-index", help="Then build LanceDB's ANN index on the vectors."),
+):
+    """Write OUTPUT's embeddings (id, vector, kept columns) to a LanceDB table (pip install 'embedpipe[lancedb]').
+    Resumable: a run adds the units the table lacks and removes those redone or dropped since."""
+    from embedpipe.cli.commands import run_export
+    run_export(output, destination, ann_index)
+
+
 def query(
     text: str = typer.Argument(..., help="The query text."),
     index: Optional[Path] = typer.Option(

@@ -44,9 +44,10 @@ def embed(texts: Optional[list[str]] = typer.Argument(None, help="Texts to embed
     run_embed(engine_config(model, dim, dtype, device), read_texts(texts, input_file), prompt, prompt_name)
 
 
-from embedpipe.cli.index import index, merge, query  # noqa: E402 - their options live in cli/index.py
+from embedpipe.cli.index import export, index, merge, query  # noqa: E402 - their options live in cli/index.py
 app.command()(index)
 app.command()(merge)
+app.command()(export)
 app.command()(query)
 from embedpipe.cli.tokenize import tokenize  # noqa: E402
 app.command()(tokenize)

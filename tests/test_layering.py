@@ -30,7 +30,7 @@ RULES: dict[str, tuple[list[str], set[str]]] = {
     f"{P}.text": ([f"{P}.text", f"{P}.util", f"{K}.models.model_folder", *GROUND], {"tokenizers", "numpy"}),
     f"{P}.inputs": ([f"{P}.inputs", *GROUND], {"pyarrow", "numpy", "datasets"}),
     f"{P}.output": ([f"{P}.output", f"{P}.inputs", f"{P}.util", f"{K}.output_dtypes", *GROUND],
-                    {"pyarrow", "numpy", "faiss"}),
+                    {"pyarrow", "numpy", "faiss", "lancedb"}),  # lancedb: the export destination (an extra)
     f"{P}.batching": ([f"{P}.batching", f"{P}.text", K, *GROUND], {"numpy", "torch"}),
     f"{P}.config": ([f"{P}.batching", f"{P}.inputs", K, *GROUND], set()),
     f"{P}.index": ([f"{P}.index", f"{P}.config", f"{P}.batching", f"{P}.text", f"{P}.inputs", f"{P}.output",
