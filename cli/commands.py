@@ -163,11 +163,10 @@ def run_merge(outputs: list[Path], into: Path, factory: str, allow_incomplete: b
 
 def run_export(output: Path, destination: str, ann_index: bool) -> None:
     """Exit codes: 0 exported, 2 not an output, another table's output or no lancedb, 4 OUTPUT is locked."""
-    try:
-        from embedpipe.pipeline.output.lancedb_export import export_to_lancedb
-        import lancedb  # noqa: F401 - the extra; checked before OUTPUT is locked
-    except ImportError as e:
-        fail(f"{e.name} is missing; install the LanceDB extra: pip install 'embedpipe[lancedb]'")
+    import importlib.util
+    from embedpipe.pipeline.output.lancedb_export import export_to_lancedb
+    if importlib.util.find_spec("lancedb") is None:  # the extra; checked before OUTPUT is locked
+        fail("lancedb is missing; install the LanceDB extra: pip install 'embedpipe[lancedb]'")
     try:
         with contextlib.ExitStack() as held:  # shared: no index job rewrites units while they are read
             if (output / LOCK_FILE).exists():
