@@ -149,9 +149,7 @@ def run_merge(outputs: list[Path], into: Path, factory: str, allow_incomplete: b
                 into.mkdir(parents=True, exist_ok=True)
             if into.is_dir():  # else an output that does not exist: merge_outputs says so
                 held.enter_context(output_lock(into))
-            for output in read_only:
-                if (output / LOCK_FILE).exists():
-                    held.enter_context(output_lock(output, exclusive=False))
+            held.enter_context(reading(read_only))
             meta = merge_outputs(outputs, into, factory, allow_incomplete)
     except USER_ERRORS as e:
         fail(str(e))
@@ -161,6 +159,16 @@ def run_merge(outputs: list[Path], into: Path, factory: str, allow_incomplete: b
           f"at {into / INDEX_FILE}", file=sys.stderr)
 
 
+@contextlib.contextmanager
+def reading(outputs: list[Path]):
+    """Shared locks on the outputs that have a lock file: no index job writes them while this command reads."""
+    with contextlib.ExitStack() as held:
+        for output in outputs:
+            if (output / LOCK_FILE).exists():
+                held.enter_context(output_lock(output, exclusive=False))
+        yield
+
+
 def run_export(output: Path, destination: str, ann_index: bool) -> None:
     """Exit codes: 0 exported, 2 not an output, another table's output or no lancedb, 4 OUTPUT is locked."""
     import importlib.util
@@ -168,9 +176,7 @@ def run_export(output: Path, destination: str, ann_index: bool) -> None:
     if importlib.util.find_spec("lancedb") is None:  # the extra; checked before OUTPUT is locked
         fail("lancedb is missing; install the LanceDB extra: pip install 'embedpipe[lancedb]'")
     try:
-        with contextlib.ExitStack() as held:  # shared: no index job rewrites units while they are read
-            if (output / LOCK_FILE).exists():
-                held.enter_context(output_lock(output, exclusive=False))
+        with reading([output]):
             result = export_to_lancedb(output, destination, ann_index)
     except USER_ERRORS as e:
         fail(str(e))
@@ -185,10 +191,7 @@ def run_verify(outputs: list, index_dir, inputs: list[str] | None) -> None:
     from embedpipe.pipeline.verify.checks import verify
 
     try:
-        with contextlib.ExitStack() as held:  # shared: no index job starts writing while verify reads
-            for output in outputs:
-                if (output / LOCK_FILE).exists():
-                    held.enter_context(output_lock(output, exclusive=False))
+        with reading(outputs):
             report = verify(list(outputs), index_dir, inputs)
     except USER_ERRORS as e:
         fail(str(e))
