@@ -142,21 +142,27 @@ def _interrupt(signum, frame):
 
 def run_merge(outputs: list[Path], into: Path, factory: str, allow_incomplete: bool) -> None:
     """Exit codes: 0 merged, 2 not outputs of one complete job, 4 an output or the index folder is locked."""
+    with exit_codes(), contextlib.ExitStack() as held:  # no job writes the outputs, nor another merge the index
+        read_only = [output for output in outputs if output.resolve() != into.resolve()]
+        if len(read_only) == len(outputs):
+            into.mkdir(parents=True, exist_ok=True)
+        if into.is_dir():  # else an output that does not exist: merge_outputs says so
+            held.enter_context(output_lock(into))
+        held.enter_context(reading(read_only))
+        meta = merge_outputs(outputs, into, factory, allow_incomplete)
+    print(f"embedpipe: index of {meta['num_rows']:,} rows ({meta['factory']}, {meta['metric']}) "
+          f"at {into / INDEX_FILE}", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def exit_codes():
+    """A command's errors as exit codes: a UserError (or ModelLoadError) 2, a locked output 4."""
     try:
-        with contextlib.ExitStack() as held:  # no job writes the outputs, nor another merge the index, meanwhile
-            read_only = [output for output in outputs if output.resolve() != into.resolve()]
-            if len(read_only) == len(outputs):
-                into.mkdir(parents=True, exist_ok=True)
-            if into.is_dir():  # else an output that does not exist: merge_outputs says so
-                held.enter_context(output_lock(into))
-            held.enter_context(reading(read_only))
-            meta = merge_outputs(outputs, into, factory, allow_incomplete)
+        yield
     except USER_ERRORS as e:
         fail(str(e))
     except OutputLocked as e:
         fail(str(e), 4)
-    print(f"embedpipe: index of {meta['num_rows']:,} rows ({meta['factory']}, {meta['metric']}) "
-          f"at {into / INDEX_FILE}", file=sys.stderr)
 
 
 @contextlib.contextmanager
@@ -175,13 +181,8 @@ def run_export(output: Path, destination: str, ann_index: bool) -> None:
     from embedpipe.pipeline.output.lancedb_export import export_to_lancedb
     if importlib.util.find_spec("lancedb") is None:  # the extra; checked before OUTPUT is locked
         fail("lancedb is missing; install the LanceDB extra: pip install 'embedpipe[lancedb]'")
-    try:
-        with reading([output]):
-            result = export_to_lancedb(output, destination, ann_index)
-    except USER_ERRORS as e:
-        fail(str(e))
-    except OutputLocked as e:
-        fail(str(e), 4)
+    with exit_codes(), reading([output]):
+        result = export_to_lancedb(output, destination, ann_index)
     print(f"embedpipe: exported {result.added_rows:,} rows of {result.added_units} units to {result.table} "
           f"({result.removed_units} units removed; {result.rows:,} rows in the table)", file=sys.stderr)
 
@@ -190,13 +191,8 @@ def run_verify(outputs: list, index_dir, inputs: list[str] | None) -> None:
     """Prints each check; exit codes: 0 all hold, 1 a check failed, 2 not an output folder or bad inputs, 4 locked."""
     from embedpipe.pipeline.verify.checks import verify
 
-    try:
-        with reading(outputs):
-            report = verify(list(outputs), index_dir, inputs)
-    except USER_ERRORS as e:
-        fail(str(e))
-    except OutputLocked as e:
-        fail(str(e), 4)
+    with exit_codes(), reading(outputs):  # shared locks: no index job starts writing while verify reads
+        report = verify(list(outputs), index_dir, inputs)
     for status, message in report.lines:
         print(f"{status:<5} {message}")
     failed = sum(status == "FAIL" for status, _ in report.lines)
