@@ -42,7 +42,7 @@ RULES: dict[str, tuple[list[str], set[str]]] = {
     f"{P}.verify": ([f"{P}.verify", f"{P}.inputs", f"{P}.output", f"{K}.output_dtypes", *GROUND],
                     {"numpy", "pyarrow", "faiss"}),
     f"{P}.api": ([P, K], {"numpy"}),
-    "embedpipe": ([f"{P}.api", f"{P}.errors"], set()),  # the Python API: a face over api.py, loading no torch
+    "embedpipe": ([f"{P}.api", f"{P}.errors", f"{P}.output.lock"], set()),  # the Python API: a face over api.py, loading no torch
     "embedpipe.cli": (["embedpipe"], {"typer", "click"}),
 }
 NEVER_TORCH = [f"{P}.text", f"{P}.inputs", f"{P}.output", f"{P}.verify", f"{P}.util", f"{K}.output_dtypes"]

@@ -11,7 +11,8 @@
 The same engine, batching and files as the command line: the vectors equal `embedpipe embed`'s,
 an index() job writes what `embedpipe index` writes. Errors are typed: embedpipe.UserError (a
 setting, an input or an output folder to fix; the CLI's exit 2) and embedpipe.JobFault (the
-machine failed the work; exit 1; the completed units are kept, so running it again resumes).
+machine failed the work; exit 1; the completed units are kept, so running it again resumes), and
+embedpipe.OutputLocked for an output another run holds (exit 4).
 Importing embedpipe loads no torch: the engine loads with the first Embedder.
 
 This file is `embedpipe/__init__.py` (pyproject's package-dir maps the package here).
@@ -23,13 +24,14 @@ from pathlib import Path
 from typing import Sequence
 
 from embedpipe.pipeline.errors import JobFault, UserError
+from embedpipe.pipeline.output.lock import OutputLocked
 
 try:
     __version__ = version("embedpipe")
 except PackageNotFoundError:  # a source tree that is not installed
     __version__ = "0+unknown"
 
-__all__ = ["Embedder", "SearchIndex", "index", "open_index", "UserError", "JobFault", "__version__"]
+__all__ = ["Embedder", "SearchIndex", "index", "open_index", "UserError", "JobFault", "OutputLocked", "__version__"]
 
 
 class Embedder:

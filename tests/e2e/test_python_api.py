@@ -31,7 +31,7 @@ def test_importing_embedpipe_loads_no_torch_and_names_its_version():
     code = "import sys, embedpipe; print(embedpipe.__version__, 'torch' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.stdout.split() == [version("embedpipe"), "False"], result.stderr
-    assert {"Embedder", "index", "open_index", "SearchIndex", "UserError", "JobFault"} <= set(embedpipe.__all__)
+    assert {"Embedder", "index", "open_index", "SearchIndex", "UserError", "JobFault", "OutputLocked"} <= set(embedpipe.__all__)
     assert "embedpipe.Embedder()" in embedpipe.__doc__ and "[len(inputs), width]" in embedpipe.Embedder.encode.__doc__
 
 
@@ -102,3 +102,11 @@ def test_index_writes_what_the_cli_writes_and_open_index_searches_it(tmp_path, m
 def test_the_readme_shows_the_api():
     readme = (REPO / "README.md").read_text()
     assert "embedpipe.Embedder(" in readme and "embedpipe.open_index(" in readme
+
+
+def test_index_raises_output_locked_while_another_run_holds_the_output(tmp_path):
+    from embedpipe.pipeline.output.lock import output_lock
+    pq.write_table(pa.table({"id": [1], "text": ["one"]}), tmp_path / "a.parquet")
+    (tmp_path / "out").mkdir()
+    with output_lock(tmp_path / "out"), pytest.raises(embedpipe.OutputLocked):
+        embedpipe.index(tmp_path / "a.parquet", tmp_path / "out", device="cpu")
