@@ -62,7 +62,8 @@ def _jsonl_text(line: str, source: str, number: int) -> str:
     return text
 
 
-def run_embed(config, texts: list[str], prompt: str | None, prompt_name: str | None) -> None:
+def run_embed(config, texts: list[str], prompt: str | None, prompt_name: str | None,
+              max_length: int | None = None) -> None:
     """Prints each text's embedding as a JSON line; config: an EngineConfig."""
     from embedpipe.kernels.engine import Engine
     from embedpipe.pipeline.batching.embed import embed_texts
@@ -70,7 +71,7 @@ def run_embed(config, texts: list[str], prompt: str | None, prompt_name: str | N
 
     try:
         engine = Engine(config)
-        tokenizer = make_tokenizer(engine, prompt, prompt_name)
+        tokenizer = make_tokenizer(engine, prompt, prompt_name, max_length)
     except (ModelLoadError, ValueError) as e:
         fail(str(e))
     vectors = embed_texts(engine, tokenizer, texts)

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from embedpipe.cli.options import DEVICE, DIM, DTYPE, EF_SEARCH, MODEL, NPROBE, PROMPT, PROMPT_NAME, OutputDtype
+from embedpipe.cli.options import DEVICE, DIM, DTYPE, EF_SEARCH, MODEL, NPROBE, PROMPT, PROMPT_NAME, MAX_LENGTH, OutputDtype
 from embedpipe.pipeline.config import IndexOptions
 
 DEFAULTS = IndexOptions()
@@ -70,7 +70,7 @@ def index(
     precision: Optional[Precision] = typer.Option(
         None, "--precision", help="Weights and activations (default: bfloat16 on CUDA, float32 on CPU)."),
     dtype: OutputDtype = DTYPE, dim: Optional[int] = DIM,
-    prompt: Optional[str] = PROMPT, prompt_name: Optional[str] = PROMPT_NAME,
+    prompt: Optional[str] = PROMPT, prompt_name: Optional[str] = PROMPT_NAME, max_length: Optional[int] = MAX_LENGTH,
     text_column: str = TEXT_COLUMN,
     token_ids_column: Optional[str] = typer.Option(
         None, "--token-ids-column",

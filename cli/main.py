@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from embedpipe.cli.options import (DEVICE, DIM, DTYPE, MODEL, PROMPT, PROMPT_NAME, OutputDtype,  # noqa: F401
+from embedpipe.cli.options import (DEVICE, DIM, DTYPE, MAX_LENGTH, MODEL, PROMPT, PROMPT_NAME, OutputDtype,  # noqa: F401
                                    engine_config)
 
 # help as plain text: Rich markup ate "[ray]" in a help string and showed "<bool>" after every flag
@@ -38,10 +38,11 @@ def embed(texts: Optional[list[str]] = typer.Argument(None, help="Texts to embed
               help="Read the texts from this file (- : standard input): one a line, or with a .jsonl name JSON "
                    "lines with a \"text\" field. Blank lines are skipped."),
           model: str = MODEL, dim: Optional[int] = DIM, dtype: OutputDtype = DTYPE,
-          prompt: Optional[str] = PROMPT, prompt_name: Optional[str] = PROMPT_NAME, device: str = DEVICE):
+          prompt: Optional[str] = PROMPT, prompt_name: Optional[str] = PROMPT_NAME,
+          max_length: Optional[int] = MAX_LENGTH, device: str = DEVICE):
     """Print the embedding of each TEXT as a JSON line ({"text": ..., "embedding": [...]})."""
     from embedpipe.cli.commands import read_texts, run_embed
-    run_embed(engine_config(model, dim, dtype, device), read_texts(texts, input_file), prompt, prompt_name)
+    run_embed(engine_config(model, dim, dtype, device), read_texts(texts, input_file), prompt, prompt_name, max_length)
 
 
 from embedpipe.cli.index import export, index, merge, query  # noqa: E402 - their options live in cli/index.py

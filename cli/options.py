@@ -27,6 +27,9 @@ DIM = typer.Option(None, "--dim", help="Matryoshka truncation to this many dimen
 DTYPE = typer.Option(OutputDtype.float32, "--dtype", help="Output dtype (int8: round(tanh(x)*127); binary: packed bits).")
 PROMPT = typer.Option(None, "--prompt", help="Literal prompt prepended to every text.")
 PROMPT_NAME = typer.Option(None, "--prompt-name", help="A prompt named in the model's sentence-transformers config.")
+MAX_LENGTH = typer.Option(None, "--max-length",
+                          help="Tokens per text (prompt and special tokens included), below the model's "
+                               "max_seq_length; longer texts are cut and counted as truncated.")
 DEVICE = typer.Option("auto", "--device", callback=check_device,
                       help="auto (CUDA when available, else the CPU), cpu, cuda or cuda:N.")
 NPROBE = typer.Option(None, "--nprobe", help="IVF indexes: inverted lists visited per query (default: the one "

@@ -9,13 +9,14 @@ import typer
 from embedpipe.cli.index import (CONFIG, ID_COLUMN, INPUTS, KEEP_COLUMNS, NUM_SHARDS, ON_BAD_ROW, OUTPUT, OVERWRITE,
                                  QUIET, RAY, READ_ROWS, ROWS_PER_UNIT, SHARD_INDEX, SKIP_BAD_FILES, TEXT_COLUMN,
                                  BadRowPolicy, given_options)
-from embedpipe.cli.options import MODEL, PROMPT, PROMPT_NAME
+from embedpipe.cli.options import MAX_LENGTH, MODEL, PROMPT, PROMPT_NAME
 
 
 def tokenize(
     ctx: typer.Context,
     inputs: Optional[list[str]] = INPUTS, output: Optional[str] = OUTPUT, config: Optional[Path] = CONFIG,
     model: str = MODEL, prompt: Optional[str] = PROMPT, prompt_name: Optional[str] = PROMPT_NAME,
+    max_length: Optional[int] = MAX_LENGTH,
     text_column: str = TEXT_COLUMN, id_column: Optional[str] = ID_COLUMN,
     keep_columns: Optional[list[str]] = KEEP_COLUMNS, rows_per_unit: int = ROWS_PER_UNIT,
     read_rows: int = READ_ROWS,

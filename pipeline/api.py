@@ -86,10 +86,10 @@ class TextEmbedder:
     """embedpipe.Embedder's engine and tokenizer; settings it cannot take raise ConfigError (a UserError)."""
 
     def __init__(self, model: str, device: str, dim: int | None, dtype: str, prompt: str | None,
-                 prompt_name: str | None, batch_tokens: int | None):
+                 prompt_name: str | None, max_length: int | None, batch_tokens: int | None):
         try:
             self.engine = Engine(EngineConfig(model=model, device=device, dim=dim, output_dtype=dtype))
-            self.tokenizer = make_tokenizer(self.engine, prompt, prompt_name)
+            self.tokenizer = make_tokenizer(self.engine, prompt, prompt_name, max_length)
             self.batching = _batching(batch_tokens)
         except (ModelLoadError, ValueError, RuntimeError) as error:  # RuntimeError: a malformed device name
             raise ConfigError(str(error)) from error

@@ -70,6 +70,7 @@ class IndexOptions:
     dim: int | None = None
     prompt: str | None = None
     prompt_name: str | None = None
+    max_length: int | None = None  # tokens per text, below the model's max_seq_length; None: that
     text_column: str = "text"
     token_ids_column: str | None = None  # embed these token ids (pre-tokenised input) instead of the text
     id_column: str | None = None  # None: `id` when the input has it, else FILE:ROW
@@ -113,6 +114,7 @@ class JobConfig:
     quiet: bool = False
     prompt: str | None = None
     prompt_name: str | None = None
+    max_length: int | None = None  # tokens per text (make_tokenizer); None: the model's max_seq_length
     devices: DeviceSpec | None = None  # None: one engine in this process, on engine.device
     ray_address: str | None = None  # run the engines on this Ray cluster
 
@@ -224,7 +226,7 @@ def job_config(options: IndexOptions) -> JobConfig:
         index_factory=o.index_factory or output_dtype(o.dtype).default_index_factory,
         shard_index=o.shard_index or 0, num_shards=o.num_shards or 1, on_bad_row=o.on_bad_row,
         skip_bad_files=o.skip_bad_files, overwrite=o.overwrite, prune=o.prune, quiet=o.quiet, prompt=o.prompt,
-        prompt_name=o.prompt_name, devices=devices, ray_address=o.ray)
+        prompt_name=o.prompt_name, max_length=o.max_length, devices=devices, ray_address=o.ray)
 
 
 def _device_spec(o: IndexOptions) -> DeviceSpec | None:

@@ -92,7 +92,7 @@ def job_tokenizer(job: JobConfig) -> tuple[ModelSpec, TextTokenizer]:
     """The model's spec and tokenizer (with the job's prompt), read once per job."""
     try:
         spec = model_spec(job.engine)
-        return spec, make_tokenizer(spec, job.prompt, job.prompt_name)
+        return spec, make_tokenizer(spec, job.prompt, job.prompt_name, job.max_length)
     except ValueError as error:  # a setting the model cannot take (dim, prompt name)
         raise ConfigError(str(error)) from error
 

@@ -41,15 +41,16 @@ class Embedder:
     available), "cpu", "cuda" or "cuda:N". dim: Matryoshka truncation (re-normalised). dtype: the output,
     "float32", "float16", "int8" (round(tanh(x) * 127)) or "binary" (sign bits packed 8 to a uint8).
     prompt: a literal prefix of every text; prompt_name: a prompt of the model's config.
+    max_length: tokens per text (prompt and special tokens included), below the model's max_seq_length.
     batch_tokens: padded tokens per engine batch (the default: 16384; results do not depend on it).
     Raises UserError for a model, device or setting that cannot be used.
     """
 
     def __init__(self, model: str = "minilm", *, device: str = "auto", dim: int | None = None,
                  dtype: str = "float32", prompt: str | None = None, prompt_name: str | None = None,
-                 batch_tokens: int | None = None):
+                 max_length: int | None = None, batch_tokens: int | None = None):
         from embedpipe.pipeline.api import TextEmbedder
-        self._embedder = TextEmbedder(model, device, dim, dtype, prompt, prompt_name, batch_tokens)
+        self._embedder = TextEmbedder(model, device, dim, dtype, prompt, prompt_name, max_length, batch_tokens)
 
     @property
     def dim(self) -> int:

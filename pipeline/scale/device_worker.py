@@ -99,7 +99,7 @@ def embed_units(job: JobConfig, plan: EnginePlan, units: Iterable[WorkUnit], pro
     if plan.num_threads is not None:
         torch.set_num_threads(plan.num_threads)
     config = replace(job.engine, device=plan.device)
-    tokenizer = make_tokenizer(model_spec(config), job.prompt, job.prompt_name)
+    tokenizer = make_tokenizer(model_spec(config), job.prompt, job.prompt_name, job.max_length)
     with TokenizerPool(tokenizer, plan.num_workers).start() as pool:  # its workers start while the engine loads
         engine = load_engine(config)
         ready()

@@ -104,9 +104,16 @@ def keeps_whole_text_tokens(prefix: Encoding) -> bool:
     return bool(later) and max(later) >= (kept[-1] if kept else -1) + 2
 
 
-def make_tokenizer(model, prompt: str | None = None, prompt_name: str | None = None) -> TextTokenizer:
+def make_tokenizer(model, prompt: str | None = None, prompt_name: str | None = None,
+                   max_length: int | None = None) -> TextTokenizer:
     """The tokenizer of a model (an Engine or a ModelSpec: anything with its ModelFolder as .folder) with a
-    literal prompt, or a named prompt from the model's config."""
+    literal prompt, or a named prompt from the model's config; max_length caps the tokens per text (prompt and
+    special tokens included) below the model's max_seq_length (None: that). Raises ValueError for a cap outside
+    1 to max_seq_length, or a prompt name the model lacks."""
     folder = model.folder
     text = prompt if prompt is not None else folder.prompt(prompt_name)
-    return TextTokenizer(folder.tokenizer_file, folder.max_seq_length, text, folder.config.get("vocab_size"))
+    if max_length is not None and not 1 <= max_length <= folder.max_seq_length:
+        raise ValueError(f"max-length must be from 1 to the model's max_seq_length {folder.max_seq_length}, "
+                         f"not {max_length}")
+    return TextTokenizer(folder.tokenizer_file, max_length or folder.max_seq_length, text,
+                         folder.config.get("vocab_size"))
