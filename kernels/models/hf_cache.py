@@ -37,6 +37,6 @@ def hub_snapshot(name: str) -> Path | str:
     snapshot = repo / "snapshots" / commit
     if not (snapshot / "config.json").is_file():
         return (f"model {name!r} is not in the Hugging Face cache {cache} (no {repo.name} at revision {revision}); "
-                f"embedpipe downloads nothing: fetch it once (huggingface-cli download {org}/{model}), set "
+                f"embedpipe never downloads models: fetch it once (huggingface-cli download {org}/{model}), set "
                 "HF_HUB_CACHE or HF_HOME to the cache that has it, or pass a local folder")
     return snapshot

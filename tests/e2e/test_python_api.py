@@ -58,7 +58,7 @@ def test_encode_dim_and_dtype_as_embed():
 
 
 @pytest.mark.parametrize("make, message", [
-    (lambda: embedpipe.Embedder("/no/such/model", device="cpu"), "neither a local folder nor a short name"),
+    (lambda: embedpipe.Embedder("/no/such/model", device="cpu"), "is neither a local folder, a short name"),
     (lambda: embedpipe.Embedder(device="tpu"), "tpu"),
     (lambda: embedpipe.Embedder(device="cpu", dim=0), "dim must be positive"),
     (lambda: embedpipe.index(["in"], "out", bogus=1), "index() has no option 'bogus'"),

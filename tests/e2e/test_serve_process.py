@@ -89,7 +89,7 @@ def admitted_all(url: str, num_requests: int) -> bool:
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--model", "/no/such/model"], "neither a local folder nor a short name"),
+    (["--model", "/no/such/model"], "is neither a local folder, a short name"),
     (["--index", "/no/such/index"], "holds no index"),
     (["--device", "tpu"], "--device must be"),
     (["--max-input-tokens", "1000"], "more than the model's max_seq_length 256"),

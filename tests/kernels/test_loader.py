@@ -94,7 +94,8 @@ def test_missing_tensor_is_named(minilm_copy):
         _embed(minilm_copy)
 
 
-def test_unknown_model_name():
+def test_unknown_model_name(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))  # an empty cache, whatever this machine's holds
     with pytest.raises(ModelLoadError, match="never downloads"):
         Engine(EngineConfig(model="sentence-transformers/all-mpnet-base-v2", device="cpu"))
 
