@@ -104,9 +104,9 @@ def load_choice(machine: dict, shape: str, path: Path | None = None) -> Attentio
     try:
         ranges = tuple((int(most), str(backend)) for most, backend in entry["ranges"])
         measured = entry["measured_at"]
+        if not ranges:
+            raise ValueError("no ranges")
     except (TypeError, KeyError, ValueError):
-        return default_choice(f"{path} holds no choice for {shape}; {advice}")
-    if not ranges:
         return default_choice(f"{path} holds no choice for {shape}; {advice}")
     return AttentionChoice(ranges, f"measured by embedpipe warmup at {measured}")
 

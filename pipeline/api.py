@@ -19,7 +19,7 @@ from embedpipe.kernels.output_dtypes import output_dtype
 from embedpipe.pipeline.batching.batcher import BatcherConfig
 from embedpipe.pipeline.batching.embed import embed_token_ids, embed_texts
 from embedpipe.pipeline.config import ConfigError, IndexOptions, JobConfig, job_config
-from embedpipe.pipeline.serve.query import engine_config_of, load_index, query_prompt_name
+from embedpipe.pipeline.serve.query import load_index, query_embedder
 from embedpipe.pipeline.text.tokenizer import make_tokenizer
 from embedpipe.pipeline.index import tokenize_job
 from embedpipe.pipeline.index.job import JobResult, LocalEngine, OpenEmbedder, run_job
@@ -153,10 +153,9 @@ class IndexSearch:
     def _text_embedder(self):
         if self._embedder is None:
             try:
-                engine = Engine(engine_config_of(self.index.meta, self.device))
+                self._embedder = query_embedder(self.index.meta, self.device)
             except (ModelLoadError, ValueError) as error:
                 raise ConfigError(str(error)) from error
-            self._embedder = engine, make_tokenizer(engine, None, query_prompt_name(engine.folder, None, None))
         return self._embedder
 
     def _index_form(self, vectors: np.ndarray) -> np.ndarray:

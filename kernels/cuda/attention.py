@@ -159,12 +159,16 @@ def machine_signature(device: torch.device) -> dict:
     return {"gpu": torch.cuda.get_device_name(device), "torch": torch.__version__, "flashinfer": flashinfer_version}
 
 
+def choice_shape(spec: AttentionSpec, dtype: torch.dtype) -> str:
+    """The key of this attention shape in the table of measured choices."""
+    return shape_key(spec.num_heads, spec.num_kv_heads, spec.head_dim, spec.causal, str(dtype).split(".")[1])
+
+
 def auto_choice(spec: AttentionSpec, device: torch.device, dtype: torch.dtype) -> AttentionChoice:
     """The choice `embedpipe warmup` measured for this shape on this machine, else the safe default."""
     if spec.head_dim not in FLASHINFER_HEAD_DIMS:
         return default_choice(f"head_dim {spec.head_dim}: the one kernel that runs it")
-    shape = shape_key(spec.num_heads, spec.num_kv_heads, spec.head_dim, spec.causal, str(dtype).split(".")[1])
-    return load_choice(machine_signature(device), shape)
+    return load_choice(machine_signature(device), choice_shape(spec, dtype))
 
 
 def make_cuda_attention(name: str, spec: AttentionSpec, device: torch.device, dtype: torch.dtype,

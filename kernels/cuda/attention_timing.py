@@ -13,9 +13,10 @@ import time
 import torch
 
 from embedpipe.kernels.attention import AttentionSpec
-from embedpipe.kernels.attention_choice import SAFE_DEFAULT, shape_key, store_choice
+from embedpipe.kernels.attention_choice import SAFE_DEFAULT, store_choice
 from embedpipe.kernels.batch import BucketPolicy, pack
-from embedpipe.kernels.cuda.attention import FLASHINFER_HEAD_DIMS, machine_signature, make_cuda_attention
+from embedpipe.kernels.cuda.attention import (FLASHINFER_HEAD_DIMS, choice_shape, machine_signature,
+                                              make_cuda_attention)
 
 MEASURED_SHAPES = ((1, 128), (8, 256), (64, 512))  # (sequences, tokens each): batches of 128, 2048, 32768 tokens
 REPLAYS = 50
@@ -28,8 +29,8 @@ def measure_and_store(spec: AttentionSpec, device: torch.device, dtype: torch.dt
         return {}, {}
     timings, failed = time_backends(spec, device, dtype, max_seqlen, [SAFE_DEFAULT, "fa2", "fa3"])
     if timings:
-        shape = shape_key(spec.num_heads, spec.num_kv_heads, spec.head_dim, spec.causal, str(dtype).split(".")[1])
-        store_choice(machine_signature(device), shape, timings, failed, time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        store_choice(machine_signature(device), choice_shape(spec, dtype), timings, failed,
+                     time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     return timings, failed
 
 

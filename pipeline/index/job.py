@@ -197,8 +197,7 @@ def _log_start(progress: Progress, prepared: PreparedJob, attention: str | None 
         progress.log(f"{len(changes.changed) + len(changes.relisted)} done units were dropped to be redone: their "
                      f"input changed since they were embedded (e.g. {first!r})")
     if changes.damaged:
-        progress.log(f"warning: {len(changes.damaged)} done units were dropped to be redone: "
-                     f"{next(iter(changes.damaged.values()))}")
+        progress.log(f"warning: {len(changes.damaged)} done units were dropped to be redone: {changes.damaged[0][1]}")
     if changes.removed:
         what = "dropped (--prune)" if changes.pruned else "kept, in the index too (--prune drops them)"
         progress.log(f"{'' if changes.pruned else 'warning: '}{len(changes.removed)} done units are from files no "

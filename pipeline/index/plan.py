@@ -51,7 +51,7 @@ class InputChanges:
       of an earlier version, whose unit names were not zero-padded): recorded under the new name.
     removed: done units whose file is no longer among the inputs: kept, unless --prune (a whole job only).
     damaged: done units of this run whose unit file cannot be read or lost rows (manifest.damaged_units):
-      dropped, and redone. {unit_id: what is wrong}, records in damaged_records.
+      dropped, and redone. (record, what is wrong) each.
     """
 
     new: int = 0
@@ -59,15 +59,14 @@ class InputChanges:
     relisted: list[dict] = field(default_factory=list)
     removed: list[dict] = field(default_factory=list)
     renamed: list[tuple[dict, WorkUnit]] = field(default_factory=list)
-    damaged: dict[str, str] = field(default_factory=dict)
-    damaged_records: list[dict] = field(default_factory=list)
+    damaged: list[tuple[dict, str]] = field(default_factory=list)
     pruned: bool = False
 
     @property
     def dropped(self) -> list[dict]:
         dropped = self.changed + self.relisted + (self.removed if self.pruned else [])
         ids = {record["unit_id"] for record in dropped}
-        return dropped + [record for record in self.damaged_records if record["unit_id"] not in ids]
+        return dropped + [record for record, _ in self.damaged if record["unit_id"] not in ids]
 
 
 def input_changes(units: list[WorkUnit], mine: list[WorkUnit], done: dict[str, dict], whole_job: bool,
@@ -133,9 +132,9 @@ def plan_units(job: JobConfig, settings: dict, folder: str = EMBEDDINGS_FOLDER,
         done[unit.unit_id] = rename_unit(job.output, done.pop(record["unit_id"]), unit)
     # a whole job owns every unit file; a shard, its own units' (the others' are their shards')
     mine_ids = {unit.unit_id for unit in mine}
-    changes.damaged = damaged_units(job.output, [r for unit_id, r in done.items()
-                                                 if not job.sharded or unit_id in mine_ids], folder)
-    changes.damaged_records = [done[unit_id] for unit_id in changes.damaged]
+    damaged = damaged_units(job.output, [r for unit_id, r in done.items() if not job.sharded or unit_id in mine_ids],
+                            folder)
+    changes.damaged = [(done[unit_id], why) for unit_id, why in damaged.items()]
     drop_units(job.output, changes.dropped, folder)
     dropped = {record["unit_id"] for record in changes.dropped}
     done_before = {unit_id: record for unit_id, record in done.items() if unit_id not in dropped}

@@ -38,7 +38,7 @@ from embedpipe.kernels.models.model_folder import ModelFolder
 from embedpipe.kernels.output_dtypes import output_dtype
 from embedpipe.kernels.pooling import OutputSpec
 from embedpipe.pipeline.batching.batcher import BatcherConfig
-from embedpipe.pipeline.errors import JobFault
+from embedpipe.pipeline.errors import JobFault, UserError
 from embedpipe.pipeline.serve.query import query_prompt_name
 from embedpipe.pipeline.serve.metrics import Metrics
 from embedpipe.pipeline.serve.protocol import (ApiError, Limits, check_lengths, dumps, embeddings_response, parse_embeddings,
@@ -330,6 +330,21 @@ def chunks_of_chars(texts: list[str], chunk_chars: int, max_text_chars: int):
             start, size = i + 1, 0
     if start < len(texts):
         yield texts[start:]
+
+
+def bind(host: str, port: int, share_port: bool = False) -> socket.socket:
+    """A socket bound to host:port, or a one-line UserError. share_port (SO_REUSEPORT): the HTTP processes of
+    --http-workers each bind one; without it a second server on the port fails instead of sharing it."""
+    listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if share_port:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    try:
+        listener.bind((host, port))
+    except OSError as error:
+        listener.close()
+        raise UserError(f"cannot listen on {host}:{port}: {error.strerror or error}") from error
+    return listener
 
 
 def default_max_body_bytes(max_inputs: int, max_input_tokens: int) -> int:

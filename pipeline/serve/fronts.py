@@ -40,9 +40,9 @@ import numpy as np
 import uvicorn
 
 from embedpipe.pipeline.config import ConfigError
-from embedpipe.pipeline.errors import JobFault, UserError
+from embedpipe.pipeline.errors import JobFault
 from embedpipe.pipeline.serve.app import (SWITCH_INTERVAL_S, DrainingUvicorn, EmbedServer, EngineFailed, LocalBackend,
-                                          ServeConfig, ServedModel, create_app)
+                                          ServeConfig, ServedModel, bind, create_app)
 from embedpipe.pipeline.serve.scheduler import Job, SchedulerClosed, settle, settle_in_loop
 from embedpipe.pipeline.util.processes import exit_description, exit_when_parent_dies
 
@@ -209,13 +209,7 @@ def _listen(host: str, port: int) -> socket.socket:
     """A socket for one HTTP process, bound here to the shared port (so a taken port fails at once)."""
     if port == 0:
         raise ConfigError("--port 0 (any free port) needs --http-workers 1: the HTTP processes share one port")
-    listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    try:
-        listener.bind((host, port))
-    except OSError as error:
-        raise UserError(f"cannot listen on {host}:{port}: {error.strerror or error}") from error
+    listener = bind(host, port, share_port=True)
     listener.set_inheritable(True)
     return listener
 

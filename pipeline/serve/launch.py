@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import signal
-import socket
 import sys
 from pathlib import Path
 from typing import Callable
@@ -17,7 +16,7 @@ from embedpipe.pipeline.batching.batcher import BatcherConfig
 from embedpipe.pipeline.batching.embed import embed_token_ids
 from embedpipe.pipeline.errors import UserError
 from embedpipe.pipeline.serve.app import (SWITCH_INTERVAL_S, DrainingUvicorn, EmbedServer, EngineFailed, ServeConfig,
-                                          create_app, local_server)
+                                          bind, create_app, local_server)
 from embedpipe.pipeline.serve.fronts import serve_with_fronts
 from embedpipe.pipeline.serve.query import load_index as read_index
 
@@ -48,7 +47,7 @@ def run_server(config: ServeConfig, announce: Callable[[str], None] = lambda lin
     is called once the server listens (the CLI prints it). Raises UserError for a model or index that cannot
     be loaded, JobFault when an HTTP process dies or the engine thread fails."""
     # the one HTTP process's port is taken before the model loads: a busy port fails at once, in one line
-    listener = _bind(config.host, config.port) if config.http_workers == 1 else None
+    listener = bind(config.host, config.port) if config.http_workers == 1 else None
     try:
         # the engine keeps a pinned slot per batch the scheduler has in flight (and one more)
         engine = Engine(dataclasses.replace(config.engine, max_in_flight=config.max_in_flight))
@@ -75,16 +74,3 @@ def run_server(config: ServeConfig, announce: Callable[[str], None] = lambda lin
         f"({engine.device}, dimension {engine.output.dim})")).run(sockets=[listener])
     if server.backend.failure is not None:
         raise EngineFailed(server.backend.failure)
-
-
-
-def _bind(host: str, port: int) -> socket.socket:
-    """A listening socket on host:port (no SO_REUSEPORT: a second server on the port must fail, not share it)."""
-    listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        listener.bind((host, port))
-    except OSError as error:
-        listener.close()
-        raise UserError(f"cannot listen on {host}:{port}: {error.strerror or error}") from error
-    return listener

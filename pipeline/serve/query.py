@@ -9,7 +9,7 @@ from embedpipe.kernels.models.model_folder import ModelFolder
 
 from embedpipe.pipeline.batching.embed import embed_texts
 
-from embedpipe.pipeline.text.tokenizer import make_tokenizer
+from embedpipe.pipeline.text.tokenizer import TextTokenizer, make_tokenizer
 from embedpipe.pipeline.errors import UserError
 from embedpipe.pipeline.output.faiss_index import SearchIndex
 from embedpipe.pipeline.output.layout import INDEX_META_FILE
@@ -43,12 +43,18 @@ def engine_config_of(meta: dict, device: str) -> EngineConfig:
                         normalize=meta["normalize"], dim=meta["dimension"], output_dtype=meta["dtype"])
 
 
+def query_embedder(meta: dict, device: str, prompt: str | None = None,
+                   prompt_name: str | None = None) -> tuple[Engine, TextTokenizer]:
+    """The engine of an index's model and settings, and its tokenizer with the query prompt (query_prompt_name)."""
+    engine = Engine(engine_config_of(meta, device))
+    return engine, make_tokenizer(engine, prompt, query_prompt_name(engine.folder, prompt, prompt_name))
+
+
 def search(index_dir: Path, text: str, k: int, device: str, prompt: str | None,
            prompt_name: str | None, nprobe: int | None = None, ef_search: int | None = None) -> list[dict]:
     """The top-k hits of `text`, best first: {"id", "score", kept columns...}."""
     index = load_index(index_dir, nprobe, ef_search)
-    engine = Engine(engine_config_of(index.meta, device))
-    tokenizer = make_tokenizer(engine, prompt, query_prompt_name(engine.folder, prompt, prompt_name))
+    engine, tokenizer = query_embedder(index.meta, device, prompt, prompt_name)
     vector = embed_texts(engine, tokenizer, [text])
     return index.search(vector, k)[0]
 
