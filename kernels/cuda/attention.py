@@ -101,16 +101,20 @@ class TorchVarlenAttention(AttentionBackend):
     def graph_key(self, batch) -> tuple[int, int, int]:
         """(padded tokens, padded sequences, max_q): max_q a power of two >= the longest sequence, at
         least MIN_MAX_Q, at most the model's positions and the batch's tokens."""
-        longest = _longest(batch.cu_seqlens)
+        longest = self._checked_longest(batch.cu_seqlens)
         max_q = min(max(MIN_MAX_Q, 1 << (longest - 1).bit_length()), self.max_seqlen, batch.key[0])
         return (*batch.key, max_q)
 
     def plan(self, cu_seqlens: torch.Tensor, num_seqs: int, graph_key=None, device_cu_seqlens=None) -> None:
+        # a graph keeps the max_q of its key (graph_key checked the lengths); an eager batch, its longest sequence
+        self._max_q = graph_key[2] if graph_key is not None else self._checked_longest(cu_seqlens)
+        self._cu_seqlens = device_cu_seqlens
+
+    def _checked_longest(self, cu_seqlens: torch.Tensor) -> int:
         longest = _longest(cu_seqlens)
         if longest > self.max_seqlen:
             raise ValueError(f"a sequence of {longest} tokens is longer than the model's {self.max_seqlen} positions")
-        self._max_q = graph_key[2] if graph_key is not None else longest  # a graph keeps the max_q of its key
-        self._cu_seqlens = device_cu_seqlens
+        return longest
 
     def forward(self, q, k, v):
         out = torch.ops.aten._flash_attention_forward(

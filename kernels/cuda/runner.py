@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Callable
 
-import numpy as np
 import torch
 
 from embedpipe.kernels.attention import AttentionBackend
@@ -49,18 +48,16 @@ class PinnedSlots:
         return slot, self.buffers[slot][:rows]
 
 
-def stage_inputs(batch: Batch, positions: np.ndarray, seq_ids: np.ndarray, out: torch.Tensor) -> None:
-    """Writes [input_ids | positions | seq_ids | cu_seqlens] (int32) into `out`."""
+def stage_inputs(batch: Batch, out: torch.Tensor) -> None:
+    """Writes [input_ids | cu_seqlens] (int32) into `out` (positions and slots are computed on the device)."""
     num_tokens = batch.input_ids.shape[0]
     view = out.numpy()
     view[:num_tokens] = batch.input_ids.numpy()
-    view[num_tokens:2 * num_tokens] = positions
-    view[2 * num_tokens:3 * num_tokens] = seq_ids
-    view[3 * num_tokens:] = batch.cu_seqlens.numpy()
+    view[num_tokens:] = batch.cu_seqlens.numpy()
 
 
 class CudaRunner:
-    """forward(ids, positions, seq_ids, cu_seqlens) -> [num_slots, width] on the device, run lazily."""
+    """forward(ids, cu_seqlens) -> [num_slots, width] on the device, run lazily."""
 
     def __init__(self, forward: Callable, attn: AttentionBackend, device: torch.device, graphs: GraphConfig,
                  out_dtype: torch.dtype, out_width: int, spin_wait: bool = True, max_in_flight: int = 3):
@@ -88,14 +85,14 @@ class CudaRunner:
         entry = self.graphs.entries.get(self.attn.graph_key(batch))
         return None if entry is None else entry[0]
 
-    def step(self, batch: Batch, positions: np.ndarray, seq_ids: np.ndarray) -> LazyTensor:
+    def step(self, batch: Batch) -> LazyTensor:
         num_tokens, num_slots = batch.key
-        slot, host = self.staging.take(3 * num_tokens + num_slots + 1)
-        stage_inputs(batch, positions, seq_ids, host)
+        slot, host = self.staging.take(num_tokens + num_slots + 1)
+        stage_inputs(batch, host)
 
         def eager():
             inputs = host.to(self.device, non_blocking=True)
-            self.attn.plan(host[3 * num_tokens:], batch.num_seqs, None, inputs[3 * num_tokens:])
+            self.attn.plan(host[num_tokens:], batch.num_seqs, None, inputs[num_tokens:])
             return self._forward(inputs, num_tokens)
 
         key = self.attn.graph_key(batch)
@@ -104,15 +101,14 @@ class CudaRunner:
         return self._download(out, batch.num_seqs)
 
     def _forward(self, inputs: torch.Tensor, num_tokens: int) -> torch.Tensor:
-        ids, positions, seq_ids = inputs[:3 * num_tokens].view(3, num_tokens)
-        return self.forward(ids, positions, seq_ids, inputs[3 * num_tokens:])
+        return self.forward(inputs[:num_tokens], inputs[num_tokens:])
 
     def _capture(self, batch: Batch, host: torch.Tensor, key: tuple):
         """Captures the forward pass for this batch's key; returns (graph, static inputs, static output)."""
         num_tokens = batch.key[0]
         inputs_buf = torch.empty_like(host, device=self.device)
         inputs_buf.copy_(host, non_blocking=True)
-        self.attn.plan(host[3 * num_tokens:], batch.num_seqs, key, inputs_buf[3 * num_tokens:])
+        self.attn.plan(host[num_tokens:], batch.num_seqs, key, inputs_buf[num_tokens:])
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self.pool):
             out_buf = self._forward(inputs_buf, num_tokens)
@@ -121,7 +117,7 @@ class CudaRunner:
     def _replay(self, batch: Batch, host: torch.Tensor, key: tuple, entry) -> torch.Tensor:
         graph, inputs_buf, out_buf = entry
         inputs_buf.copy_(host, non_blocking=True)
-        self.attn.plan(host[3 * batch.key[0]:], batch.num_seqs, key, inputs_buf[3 * batch.key[0]:])
+        self.attn.plan(host[batch.key[0]:], batch.num_seqs, key, inputs_buf[batch.key[0]:])
         graph.replay()
         return out_buf
 

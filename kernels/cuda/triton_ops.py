@@ -26,6 +26,27 @@ def _add_layer_norm_kernel(X, R, W, B, Out, stride_x, stride_r, N, eps,
 
 
 @triton.jit
+def _embed_layer_norm_kernel(Ids, Pos, Types, Word, Position, TokenType, W, B, Out, N, eps,
+                             HAS_TYPES: tl.constexpr, BLOCK: tl.constexpr):
+    """One program per token: three embedding rows gathered, added in the reference's order, LayerNorm."""
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < N
+    dtype = Out.dtype.element_ty
+    word = tl.load(Word + tl.load(Ids + row).to(tl.int64) * N + cols, mask=mask, other=0.0).to(tl.float32)
+    type_row = tl.load(Types + row).to(tl.int64) if HAS_TYPES else 0
+    token_type = tl.load(TokenType + type_row * N + cols, mask=mask, other=0.0).to(tl.float32)
+    position = tl.load(Position + tl.load(Pos + row).to(tl.int64) * N + cols, mask=mask, other=0.0).to(tl.float32)
+    x = ((word + token_type).to(dtype).to(tl.float32) + position).to(dtype).to(tl.float32)
+    mean = tl.sum(x, axis=0) / N
+    centered = tl.where(mask, x - mean, 0.0)
+    rstd = 1.0 / tl.sqrt(tl.sum(centered * centered, axis=0) / N + eps)
+    w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(B + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(Out + row * N + cols, (centered * rstd * w + b).to(dtype), mask=mask)
+
+
+@triton.jit
 def _add_rms_norm_kernel(X, R, W, Out, Sum, stride_x, stride_r, N, eps,
                          HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0)
@@ -83,15 +104,16 @@ POOL_MODES = {"mean": 0, "cls": 1, "lasttoken": 2}
 
 
 @triton.jit
-def _pool_kernel(H, Cu, Out, stride_h, num_tokens, dim, eps, MODE: tl.constexpr, NORMALIZE: tl.constexpr,
-                 BLOCK_T: tl.constexpr, BLOCK: tl.constexpr):
-    """One program per sequence slot: pool its rows, keep the first `dim` columns, normalise."""
-    slot = tl.program_id(0)
+def _pool_kernel(H, Cu, Out, stride_h, num_tokens, dim, MODE: tl.constexpr, BLOCK_T: tl.constexpr,
+                 BLOCK_C: tl.constexpr):
+    """Program (slot, column block): the slot's pooled BLOCK_C columns in float32. Many programs per slot: with
+    one per slot, a batch of one was pooled by one SM (MiniLM 1 x 128 mean: 13 us of a 170 us forward, H200)."""
+    slot, block = tl.program_id(0), tl.program_id(1)
     start, end = tl.load(Cu + slot), tl.load(Cu + slot + 1)
-    cols = tl.arange(0, BLOCK)
+    cols = block * BLOCK_C + tl.arange(0, BLOCK_C)
     mask = cols < dim
     if MODE == 0:
-        acc = tl.zeros([BLOCK], dtype=tl.float32)
+        acc = tl.zeros([BLOCK_C], dtype=tl.float32)
         rows = tl.arange(0, BLOCK_T)
         for first in range(start, end, BLOCK_T):  # a tile of rows at a time, summed in a fixed order
             r = first + rows
@@ -102,20 +124,52 @@ def _pool_kernel(H, Cu, Out, stride_h, num_tokens, dim, eps, MODE: tl.constexpr,
     else:
         row = tl.minimum(start, num_tokens - 1) if MODE == 1 else tl.maximum(end - 1, 0)
         acc = tl.load(H + row * stride_h + cols, mask=mask, other=0.0).to(tl.float32)
-    if NORMALIZE:
-        acc = acc / tl.maximum(tl.sqrt(tl.sum(acc * acc, axis=0)), eps)
     tl.store(Out + slot * dim + cols, acc, mask=mask)
+
+
+@triton.jit
+def _l2_normalize_kernel(X, dim, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < dim
+    x = tl.load(X + row * dim + cols, mask=mask, other=0.0)
+    tl.store(X + row * dim + cols, x / tl.maximum(tl.sqrt(tl.sum(x * x, axis=0)), eps), mask=mask)
+
+
+@triton.jit
+def _token_layout_kernel(Cu, Positions, SeqIds, BLOCK: tl.constexpr):
+    """Program per slot: its tokens' positions (0, 1, ...) and slot number."""
+    slot = tl.program_id(0)
+    start, end = tl.load(Cu + slot), tl.load(Cu + slot + 1)
+    offs = tl.arange(0, BLOCK)
+    for first in range(start, end, BLOCK):
+        t = first + offs
+        tl.store(Positions + t, t - start, mask=t < end)
+        tl.store(SeqIds + t, tl.zeros([BLOCK], dtype=tl.int32) + slot, mask=t < end)
+
+
+POOL_BLOCK_C = 128  # columns per pooling program
+POOL_BLOCK_T = 32  # rows per tile
 
 
 class TritonOps:
     @staticmethod
+    def token_layout(cu_seqlens, num_tokens: int):
+        num_slots = cu_seqlens.shape[0] - 1
+        positions = torch.empty(num_tokens, dtype=torch.int32, device=cu_seqlens.device)
+        seq_ids = torch.empty_like(positions)
+        _token_layout_kernel[(num_slots,)](cu_seqlens, positions, seq_ids, BLOCK=256)
+        return positions, seq_ids
+
+    @staticmethod
     def pool(hidden, cu_seqlens, seq_ids, mode: str, dim: int, normalize: bool):
         num_slots = cu_seqlens.shape[0] - 1
         out = torch.empty((num_slots, dim), dtype=torch.float32, device=hidden.device)
-        block = triton.next_power_of_2(dim)
-        _pool_kernel[(num_slots,)](hidden, cu_seqlens, out, hidden.stride(0), hidden.shape[0], dim, 1e-12,
-                                   MODE=POOL_MODES[mode], NORMALIZE=normalize, BLOCK_T=max(1, 16384 // block),
-                                   BLOCK=block, num_warps=8)
+        _pool_kernel[(num_slots, triton.cdiv(dim, POOL_BLOCK_C))](
+            hidden, cu_seqlens, out, hidden.stride(0), hidden.shape[0], dim, MODE=POOL_MODES[mode],
+            BLOCK_T=POOL_BLOCK_T, BLOCK_C=POOL_BLOCK_C)
+        if normalize:
+            _l2_normalize_kernel[(num_slots,)](out, dim, 1e-12, BLOCK=triton.next_power_of_2(dim))
         return out
 
     @staticmethod
@@ -125,6 +179,16 @@ class TritonOps:
         r = residual if residual is not None else x
         _add_layer_norm_kernel[(num_tokens,)](x, r, weight, bias, out, x.stride(0), r.stride(0), n, eps,
                                               HAS_RESIDUAL=residual is not None, BLOCK=triton.next_power_of_2(n))
+        return out
+
+    @staticmethod
+    def embed_layer_norm(input_ids, positions, token_type_ids, word, position, token_type, weight, bias, eps):
+        num_tokens, n = input_ids.shape[0], word.shape[1]
+        out = torch.empty((num_tokens, n), dtype=word.dtype, device=word.device)
+        types = token_type_ids if token_type_ids is not None else input_ids
+        _embed_layer_norm_kernel[(num_tokens,)](input_ids, positions, types, word, position, token_type, weight, bias,
+                                                out, n, eps, HAS_TYPES=token_type_ids is not None,
+                                                BLOCK=triton.next_power_of_2(n))
         return out
 
     @staticmethod

@@ -30,6 +30,9 @@ SHAPES = {
                                                      num_key_value_heads=2, head_dim=32, intermediate_size=128,
                                                      max_position_embeddings=2048, use_bidirectional_attention=True),
                                  "mean", False),
+    # all-MiniLM-L6-v2's shape (head_dim 32), for timing where its real weights are not at hand
+    "minilm-l6": ("BertConfig", dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
+                                     intermediate_size=1536), "mean", True),
     "bert-base": ("BertConfig", dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                                      intermediate_size=3072), "cls", True),
     "qwen3-0.6b": ("Qwen3Config", dict(hidden_size=1024, num_hidden_layers=28, num_attention_heads=16,

@@ -80,3 +80,35 @@ def test_pool(mode, normalize, dim):
     got = TritonOps.pool(hidden, cu, seq_ids.int(), mode, dim, normalize)
     want = TorchOps.pool(hidden, cu, seq_ids.int(), mode, dim, normalize)
     _close(got[:4], want[:4], torch.float32)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("with_types", [True, False])
+def test_embed_layer_norm(dtype, with_types):
+    tokens, hidden = 41, 384
+    word, position = (torch.randn(n, hidden, device=DEVICE, dtype=dtype) for n in (1000, 512))
+    token_type = torch.randn(2, hidden, device=DEVICE, dtype=dtype)
+    ids = torch.randint(0, 1000, (tokens,), device=DEVICE, dtype=torch.int32)
+    positions = torch.randint(0, 512, (tokens,), device=DEVICE, dtype=torch.int32)
+    types = torch.randint(0, 2, (tokens,), device=DEVICE, dtype=torch.int32) if with_types else None
+    w, b = torch.randn(hidden, device=DEVICE, dtype=dtype), torch.randn(hidden, device=DEVICE, dtype=dtype)
+    args = (ids, positions, types, word, position, token_type, w, b, 1e-12)
+    _close(TritonOps.embed_layer_norm(*args), TorchOps.embed_layer_norm(*args), dtype)
+
+
+@pytest.mark.parametrize("mode", [pytest.param("mean", marks=INTERPRETER_LOOP_BUG), "cls"])
+def test_pool_of_one_long_sequence(mode):
+    """Pooled by many programs per slot (column blocks): a batch of one over every column of a wide row."""
+    cu = torch.tensor([0, 700, 768], dtype=torch.int32, device=DEVICE)
+    hidden = torch.randn(768, 1024, device=DEVICE)
+    seq_ids = torch.repeat_interleave(torch.arange(2, device=DEVICE), torch.tensor([700, 68], device=DEVICE)).int()
+    _close(TritonOps.pool(hidden, cu, seq_ids, mode, 1024, True), TorchOps.pool(hidden, cu, seq_ids, mode, 1024, True),
+           torch.float32)
+
+
+@INTERPRETER_LOOP_BUG
+def test_token_layout():
+    lengths = [5, 1, 300, 17, 0, 0]  # a sequence longer than one program's block, then empty slots
+    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device=DEVICE)
+    got, want = TritonOps.token_layout(cu, int(cu[-1])), TorchOps.token_layout(cu, int(cu[-1]))
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])

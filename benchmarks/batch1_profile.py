@@ -1,0 +1,225 @@
+"""Batch-1 latency, taken apart (GPU): host time per step, device time per kernel class, and each
+projection's GEMM under cuBLAS, cuBLASLt and the skinny Triton GEMM (kernels/cuda/skinny_gemm.py).
+
+    python benchmarks/batch1_profile.py --out DIR [--models minilm-l6,bert-base,qwen3-0.6b] [--gemm-only]
+
+Writes DIR/batch1-profile.json and prints a table per model as it goes.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+import triton
+from torch.profiler import ProfilerActivity, profile
+
+from common import environment, model_folder, percentiles, random_sequences
+from embedpipe.kernels.batch import BucketPolicy, pack
+from embedpipe.kernels.engine import Engine, EngineConfig
+from embedpipe.kernels.graph_cache import GraphConfig
+
+SHAPES = {"one-query-16": 16, "one-128": 128}
+KERNEL_CLASSES = (("attention", ("flash", "fmha", "attention", "prefill", "BatchPrefill")),
+                  ("gemm", ("gemm", "sm90", "cutlass", "cublas", "nvjet", "splitK", "skinny")),
+                  ("norm", ("layer_norm", "rms_norm")), ("rope", ("rope",)), ("activation", ("gelu", "silu")),
+                  ("pool", ("pool",)), ("copy", ("Memcpy", "copy", "Memset", "fill")))
+
+
+def kernel_class(name: str) -> str:
+    return next((c for c, keys in KERNEL_CLASSES if any(k.lower() in name.lower() for k in keys)), "other")
+
+
+def device_profile(engine: Engine, batch) -> dict:
+    """Kernel time per class of one eager forward pass (graphs off), and the kernels' names."""
+    for _ in range(3):
+        engine.step(batch).result()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        engine.step(batch).result()
+    classes, kernels = defaultdict(float), []
+    for e in prof.key_averages():
+        if e.device_time_total > 0:
+            classes[kernel_class(e.key)] += e.device_time_total / 1e3
+            kernels.append((round(e.device_time_total / 1e3, 4), e.count, e.key[:100]))
+    return {"ms_by_class": dict(classes), "num_kernels": sum(k[1] for k in kernels),
+            "kernels": sorted(kernels, reverse=True)[:25]}
+
+
+def replay_ms(graph: torch.cuda.CUDAGraph, iters: int = 200) -> float:
+    for _ in range(5):
+        graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / iters
+
+
+@torch.inference_mode()  # as Engine.step: FlashInfer's plan writes the engine's (inference) buffers
+def host_times(engine: Engine, batch, iters: int = 300) -> dict:
+    """p50 ms of: step() until it returns, step() + result(), and the host pieces of a replayed step."""
+    for _ in range(20):
+        engine.step(batch).result()
+    launch, total = [], []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        lazy = engine.step(batch)
+        t1 = time.perf_counter()
+        lazy.result()
+        t2 = time.perf_counter()
+        launch.append((t1 - t0) * 1e3)
+        total.append((t2 - t1 + t1 - t0) * 1e3)
+    pieces = {}
+    key = engine.attn.graph_key(batch)
+    cu = torch.empty(batch.cu_seqlens.shape, dtype=torch.int32).pin_memory()
+    cu.copy_(batch.cu_seqlens)
+    dev_cu = cu.to("cuda")
+    pieces["plan"] = _p50(lambda: engine.attn.plan(cu, batch.num_seqs, key, dev_cu))
+    graph = engine.runner.captured_graph(batch)
+    pieces["graph_replay_launch"] = _p50(graph.replay)
+    torch.cuda.synchronize()
+    return {"step_returns_ms": percentiles(launch), "step_and_result_ms": percentiles(total),
+            "host_piece_p50_ms": pieces, "device_replay_ms": replay_ms(graph),
+            "step_phase_p50_ms": phase_times(engine, batch)}
+
+
+PHASES = ("staging_take", "stage_inputs", "graph_key", "copy_in", "plan", "graph_replay",
+          "record", "download", "wait_result")
+
+
+@torch.inference_mode()
+def phase_times(engine: Engine, batch, iters: int = 300) -> dict[str, float]:
+    """p50 ms of each phase of a replayed CudaRunner.step (its code, timed line by line) and of result()."""
+    from embedpipe.kernels.cuda.runner import stage_inputs
+    runner, samples = engine.runner, defaultdict(list)
+    num_tokens, num_slots = batch.key
+    for _ in range(iters):
+        t = [time.perf_counter()]
+        slot, host = runner.staging.take(num_tokens + num_slots + 1)
+        t.append(time.perf_counter())
+        stage_inputs(batch, host)
+        t.append(time.perf_counter())
+        key = runner.attn.graph_key(batch)
+        t.append(time.perf_counter())
+        graph, inputs_buf, out_buf = runner.graphs.entries[key]
+        inputs_buf.copy_(host, non_blocking=True)
+        t.append(time.perf_counter())
+        runner.attn.plan(host[num_tokens:], batch.num_seqs, key, inputs_buf[num_tokens:])
+        t.append(time.perf_counter())
+        graph.replay()
+        t.append(time.perf_counter())
+        runner.staging.events[slot].record(runner.stream)
+        t.append(time.perf_counter())
+        lazy = runner._download(out_buf, batch.num_seqs)
+        t.append(time.perf_counter())
+        lazy.result()
+        t.append(time.perf_counter())
+        for name, a, b in zip(PHASES, t, t[1:]):
+            samples[name].append((b - a) * 1e3)
+    return {name: float(np.median(v)) for name, v in samples.items()}
+
+
+def _p50(fn, iters: int = 200) -> float:
+    samples = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - t0) * 1e3)
+        torch.cuda.synchronize()
+    return float(np.median(samples))
+
+
+def linear_shapes(engine: Engine) -> dict[str, tuple[int, int, bool]]:
+    """name -> (N, K, has bias) of the first layer's projections."""
+    shapes = {}
+    for name, module in engine.model.named_modules():
+        if isinstance(module, torch.nn.Linear) and (".0." in name or name.startswith("0.")):
+            shapes[name] = (module.out_features, module.in_features, module.bias is not None)
+    return shapes
+
+
+def graphed_ms(fn, reps: int = 20, iters: int = 50) -> float:
+    """Device ms per call of fn, captured `reps` times back to back in one graph (the launch gaps of a model graph)."""
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(reps):
+            fn()
+    return replay_ms(graph, iters) / reps
+
+
+def gemm_table(shapes: dict, ms: tuple[int, ...]) -> list[dict]:
+    from embedpipe.kernels.cuda.skinny_gemm import SkinnyConfig, skinny_linear
+    rows = []
+    for (name, (n, k, has_bias)), m in itertools.product(shapes.items(), ms):
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k ** 0.5
+        b = torch.randn(n, device="cuda", dtype=torch.bfloat16) if has_bias else None
+        ref = F.linear(x, w, b)
+        row = {"layer": name, "M": m, "N": n, "K": k, "weight_mb": 2 * n * k / 1e6}
+        for lib in ("cublas", "cublaslt"):
+            torch.backends.cuda.preferred_blas_library(lib)
+            row[lib] = graphed_ms(lambda: F.linear(x, w, b))
+        torch.backends.cuda.preferred_blas_library("cublas")
+        best = None
+        for bn, bk, split, stages in itertools.product((32, 64, 128), (64, 128), (1, 2, 4, 8), (3, 4)):
+            config = SkinnyConfig(bn, bk, split, 4, stages)
+            if not config.fits(k):
+                continue
+            try:
+                err = (skinny_linear(x, w, b, config).float() - ref.float()).abs().max().item()
+            except triton.runtime.errors.OutOfResources:
+                continue
+            if err > 0.05 * ref.float().abs().max().item():
+                row.setdefault("wrong", []).append(str(config))
+                continue
+            t = graphed_ms(lambda: skinny_linear(x, w, b, config))
+            if best is None or t < best[0]:
+                best = (t, config)
+        row["triton_best"], row["triton_config"] = best[0], str(best[1])
+        row["weight_tbps_best"] = row["weight_mb"] / 1e6 / (min(row["cublas"], row["cublaslt"], best[0]) / 1e3)
+        rows.append(row)
+        print(f"{name:40s} M={m:4d} N={n:5d} K={k:5d} cublas {row['cublas'] * 1e3:6.1f} us  "
+              f"lt {row['cublaslt'] * 1e3:6.1f} us  triton {best[0] * 1e3:6.1f} us {best[1]}", flush=True)
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--models", default="minilm-l6,bert-base,qwen3-0.6b")
+    parser.add_argument("--attention", default="auto")
+    parser.add_argument("--cache", type=Path, default=Path("/tmp/embedpipe-bench-models"))
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    results = {"environment": environment(), "models": {}}
+    for name in args.models.split(","):
+        with torch.device("cuda"):  # random weights initialised on the device: seconds, not minutes
+            folder = model_folder(name, args.cache)
+        entry = results["models"][name] = {}
+        engine = Engine(EngineConfig(model=str(folder), device="cuda", attention=args.attention))
+        eager = Engine(EngineConfig(model=str(folder), device="cuda", attention=args.attention,
+                                    graphs=GraphConfig(enabled=False)))
+        entry["attention"] = engine.attention
+        for shape, length in SHAPES.items():
+            batch = pack(random_sequences(np.random.default_rng(0), 1, length), BucketPolicy())
+            entry[shape] = host_times(engine, batch) | {"eager_profile": device_profile(eager, batch)}
+            print(name, shape, json.dumps({k: v for k, v in entry[shape].items() if k != "eager_profile"}),
+                  json.dumps(entry[shape]["eager_profile"]["ms_by_class"]), flush=True)
+        entry["gemm"] = gemm_table(linear_shapes(engine), (64, 128))
+        del engine, eager
+        torch.cuda.empty_cache()
+        (args.out / "batch1-profile.json").write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
