@@ -1,6 +1,7 @@
 """`embedpipe serve`: options -> ServeConfig. Registered on the app in cli/main.py."""
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -8,6 +9,8 @@ from typing import Optional
 import typer
 
 from embedpipe.cli.options import DEVICE, EF_SEARCH, MODEL, NPROBE
+
+API_KEY_ENV = "EMBEDPIPE_API_KEY"  # read when --api-key is not given (a key in the command line shows in `ps`)
 
 
 def serve(model: str = MODEL,
@@ -39,8 +42,16 @@ def serve(model: str = MODEL,
           max_in_flight: int = typer.Option(
               2, "--max-in-flight",
               help="Engine batches queued on the device at once: 2 packs the next batch while the device runs "
-                   "one; 1 lets more requests gather into each batch.")):
-    """Serve OpenAI-compatible /v1/embeddings (and /v1/search with --index) over HTTP."""
+                   "one; 1 lets more requests gather into each batch."),
+          api_key: Optional[str] = typer.Option(
+              None, "--api-key", metavar="KEY", show_default=False,
+              help=f"Require the header Authorization: Bearer KEY on every route but GET /health (401 without "
+                   f"it). Default: ${API_KEY_ENV}, which keeps the key out of the process list; neither: open."),
+          served_model_name: Optional[list[str]] = typer.Option(
+              None, "--served-model-name", metavar="NAME",
+              help="Another name the model answers to as a request's \"model\" (repeatable); the first is the one "
+                   "responses carry when a request names none. The model's own name stays accepted.")):
+    """Serve OpenAI-compatible /v1/embeddings (and /v1/search with --index), and TEI's /embed, over HTTP."""
     from embedpipe.kernels.engine import EngineConfig
     from embedpipe.pipeline.batching.batcher import BatcherConfig
     from embedpipe.cli.commands import USER_ERRORS, fail
@@ -50,6 +61,7 @@ def serve(model: str = MODEL,
         from embedpipe.pipeline.serve.launch import run_server
     except ImportError as e:
         fail(f"{e.name} is missing; install the server extra: pip install 'embedpipe[serve]'")
+    api_key = os.environ.get(API_KEY_ENV) if api_key is None else api_key
     try:
         config = ServeConfig(engine=EngineConfig(model=model, device=device), index=index, nprobe=nprobe,
                              ef_search=ef_search, host=host, port=port,
@@ -57,7 +69,8 @@ def serve(model: str = MODEL,
                              max_queue=max_queue, request_timeout=request_timeout, max_body_bytes=max_body_bytes,
                              batching=BatcherConfig(max_batch_tokens=max_batch_tokens),
                              tokenizer_threads=tokenizer_threads, http_workers=http_workers,
-                             max_in_flight=max_in_flight)
+                             max_in_flight=max_in_flight, api_key=api_key,
+                             served_model_names=tuple(served_model_name or ()))
     except ValueError as e:
         fail(str(e))
     try:

@@ -1,4 +1,6 @@
-"""`embedpipe serve`: OpenAI-compatible embeddings and index search over HTTP (Starlette + uvicorn).
+"""`embedpipe serve`: OpenAI-compatible embeddings and index search over HTTP (Starlette + uvicorn), and TEI's
+/embed and /info (tei.py); with --api-key, every route but GET /health wants the key (auth.py). Every answer
+carries TEI's x-*-time headers (timing.py).
 
 Starlette, not FastAPI on top of it: the requests are parsed and checked here (protocol.py),
 and FastAPI's layers (validation, dependency and telemetry middleware) cost a fifth of the
@@ -29,6 +31,7 @@ import numpy as np
 import uvicorn
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -39,11 +42,15 @@ from embedpipe.kernels.output_dtypes import output_dtype
 from embedpipe.kernels.pooling import OutputSpec
 from embedpipe.pipeline.batching.batcher import BatcherConfig
 from embedpipe.pipeline.errors import JobFault, UserError
+from embedpipe.pipeline.serve.auth import BearerAuth
 from embedpipe.pipeline.serve.query import query_prompt_name
 from embedpipe.pipeline.serve.metrics import Metrics
-from embedpipe.pipeline.serve.protocol import (ApiError, Limits, check_lengths, dumps, embeddings_response, parse_embeddings,
-                             parse_search, search_response, shorten)
+from embedpipe.pipeline.serve.protocol import (ApiError, Limits, check_lengths, dumps, embeddings_response,
+                                               openai_error, parse_embeddings, parse_search, search_response,
+                                               served_name, shorten)
 from embedpipe.pipeline.serve.scheduler import MAX_IN_FLIGHT, Scheduler, SchedulerClosed
+from embedpipe.pipeline.serve.tei import embed_response, finish, parse_embed, tei_error, tei_info
+from embedpipe.pipeline.serve.timing import RequestTimes, lap
 from embedpipe.pipeline.text.tokenizer import TextTokenizer
 
 JSON = "application/json"
@@ -82,6 +89,9 @@ class ServeConfig:
     http_workers: int = 1  # HTTP processes; 1: the HTTP server runs in the engine process
     max_in_flight: int = MAX_IN_FLIGHT  # engine batches queued on the device at once
     max_body_bytes: int | None = None  # larger request bodies get 413; None: default_max_body_bytes
+    # every route but GET /health wants `Authorization: Bearer <api_key>`; None: open. Kept out of the repr
+    api_key: str | None = field(default=None, repr=False)
+    served_model_names: tuple[str, ...] = ()  # names the model answers to besides its own; the first is echoed
 
     def __post_init__(self):
         for name in ("max_inputs", "max_queue", "tokenizer_threads", "http_workers", "max_in_flight"):
@@ -97,20 +107,33 @@ class ServeConfig:
             raise ValueError(f"request_timeout must be positive, not {self.request_timeout}")
         if self.engine.output_dtype != "float32":
             raise ValueError("the server returns float32 embeddings; leave the engine's output dtype at float32")
+        if self.api_key is not None and not _is_token(self.api_key):  # a key a client could never send
+            raise ValueError("the API key (--api-key or EMBEDPIPE_API_KEY) must be a non-empty string of printable "
+                             "ASCII without spaces")
+        if not all(self.served_model_names):
+            raise ValueError("a served model name (--served-model-name) must not be empty")
+
+
+def _is_token(key: str) -> bool:
+    return bool(key) and key.isascii() and key.isprintable() and " " not in key
 
 
 @dataclass(frozen=True)
 class ServedModel:
     """What the HTTP side knows of the engine and the index (picklable: HTTP processes get a copy)."""
 
-    name: str
+    name: str  # the model's own (--model)
     folder: ModelFolder
     output: OutputSpec
     index_meta: dict | None  # None: no index
+    names: tuple[str, ...]  # every name requests may ask for: --served-model-name's, then the model's own
+    dtype: str  # the engine's weights and activations: "float32", "bfloat16", ...
 
     @classmethod
     def of(cls, config: ServeConfig, engine: Engine, index=None) -> ServedModel:
-        return cls(config.engine.model, engine.folder, engine.output, None if index is None else index.meta)
+        names = tuple(dict.fromkeys((*config.served_model_names, config.engine.model)))
+        return cls(config.engine.model, engine.folder, engine.output, None if index is None else index.meta, names,
+                   str(engine.dtype).removeprefix("torch."))
 
 
 class LocalBackend:
@@ -133,10 +156,11 @@ class LocalBackend:
         """Why the engine thread stopped, if it failed (the server then stops too)."""
         return None if self.scheduler is None else self.scheduler.failure
 
-    async def embed(self, sequences: list[list[int]]) -> np.ndarray:
+    async def embed(self, sequences: list[list[int]]) -> tuple[np.ndarray, tuple[float, float]]:
+        """The embeddings [len(sequences), width] and the engine's (queue, inference) seconds for them."""
         job = self.scheduler.submit(sequences)
         try:
-            return await job.future
+            return await job.future, job.times
         finally:
             job.cancel()  # on a timeout, its sequences not yet batched are dropped
 
@@ -178,19 +202,22 @@ class EmbedServer:
         await asyncio.get_running_loop().run_in_executor(None, self.backend.close)
         self.pool.shutdown()
 
-    async def handle(self, endpoint: str, request: Request, work) -> Response:
-        """Runs `work(body) -> bytes` within the queue limit and the timeout; every error becomes JSON."""
-        start = time.perf_counter()
+    async def handle(self, endpoint: str, request: Request, work, errors=openai_error) -> Response:
+        """Runs `work(body, times) -> bytes` within the queue limit and the timeout; every error becomes JSON
+        (errors(error) -> (status, body): OpenAI's shape or TEI's). An answer carries its phases' times."""
+        start, times = time.perf_counter(), RequestTimes()
         try:
-            status, body = 200, await self._admit(request, work)
+            status, body = 200, await self._admit(request, work, times)
         except ApiError as error:
-            status, body = error.status, error.body()
+            status, body = errors(error)
         except ClientGone:  # nobody reads this answer
             status, body = CLIENT_CLOSED, b""
-        self.metrics.answered(endpoint, status, time.perf_counter() - start)
-        return Response(body, status, media_type=JSON)
+        total = time.perf_counter() - start
+        answered = status == 200
+        self.metrics.answered(endpoint, status, total, times.phases() if answered else None)
+        return Response(body, status, times.headers(total) if answered else None, media_type=JSON)
 
-    async def _admit(self, request: Request, work) -> bytes:
+    async def _admit(self, request: Request, work, times: RequestTimes) -> bytes:
         if self.draining:
             raise ApiError(503, "the server is shutting down", kind="unavailable_error")
         if self.active >= self.config.max_queue:
@@ -199,7 +226,7 @@ class EmbedServer:
         self.active += 1
         self.metrics.admitted(1)
         try:
-            return await asyncio.wait_for(self._run(request, work), self.config.request_timeout)
+            return await asyncio.wait_for(self._run(request, work, times), self.config.request_timeout)
         except asyncio.TimeoutError:
             raise ApiError(504, f"the request took longer than {self.config.request_timeout:g} s",
                            kind="timeout_error") from None
@@ -213,10 +240,10 @@ class EmbedServer:
             self.active -= 1
             self.metrics.admitted(-1)
 
-    async def _run(self, request: Request, work) -> bytes:
-        """work(body), cancelled (its queued sequences dropped) as soon as the client disconnects."""
+    async def _run(self, request: Request, work, times: RequestTimes) -> bytes:
+        """work(body, times), cancelled (its queued sequences dropped) as soon as the client disconnects."""
         body = await self._read_body(request)
-        task = asyncio.ensure_future(work(body))
+        task = asyncio.ensure_future(work(body, times))
         gone = asyncio.ensure_future(_disconnected(request))
         try:
             await asyncio.wait((task, gone), return_when=asyncio.FIRST_COMPLETED)
@@ -247,26 +274,69 @@ class EmbedServer:
             raise ClientGone() from None
         return b"".join(chunks)
 
-    async def embeddings(self, body: bytes) -> bytes:
+    async def embeddings(self, body: bytes, times: RequestTimes) -> bytes:
+        start = time.perf_counter()
         req = parse_embeddings(body, self.limits)
-        if req.texts is not None:
-            sequences = await self._tokenize(req.texts, req.truncate, self._tokenizer(req.prompt_name))
-        else:
-            sequences = self._cut(req.token_ids, req.truncate)
-        vectors = shorten(await self.backend.embed(sequences), req.dimensions, self.model.output.normalize)
-        args = (vectors, req.encoding_format, self.model.name, self._count(sequences))
-        if vectors.size > OFF_LOOP_VALUES:
-            return await asyncio.get_running_loop().run_in_executor(self.pool, embeddings_response, *args)
-        return embeddings_response(*args)
+        name = served_name(req.model, self.model.names)
+        tokenizer = self._tokenizer(req.prompt_name) if req.texts is not None else None
+        times.parse = time.perf_counter() - start
+        vectors = await self._embed(req.texts, req.token_ids, req.truncate, tokenizer, times)
+        start = time.perf_counter()
+        vectors = shorten(vectors, req.dimensions, self.model.output.normalize)
+        body = await self._encode(embeddings_response, vectors, req.encoding_format, name, times.num_tokens)
+        times.encode = time.perf_counter() - start
+        return body
 
-    async def search(self, body: bytes) -> bytes:
+    async def search(self, body: bytes, times: RequestTimes) -> bytes:
         if self.model.index_meta is None:
             raise ApiError(404, "this server has no index; start it with --index OUTPUT", kind="not_found_error")
+        start = time.perf_counter()
         req = parse_search(body, self.limits)
-        sequences = await self._tokenize(req.queries, req.truncate, self.query_tokenizer)
-        queries = index_queries(await self.backend.embed(sequences), self.model.index_meta, self.model.output.normalize)
+        name = served_name(req.model, self.model.names)
+        times.parse = time.perf_counter() - start
+        vectors = await self._embed(req.queries, None, req.truncate, self.query_tokenizer, times)
+        start = time.perf_counter()
+        queries = index_queries(vectors, self.model.index_meta, self.model.output.normalize)
         hits = await asyncio.get_running_loop().run_in_executor(self.pool, self.backend.search, queries, req.k)
-        return search_response(hits, self.model.name, self._count(sequences))
+        times.search, start = lap(start)
+        body = search_response(hits, name, times.num_tokens)
+        times.encode = time.perf_counter() - start
+        return body
+
+    async def tei_embed(self, body: bytes, times: RequestTimes) -> bytes:
+        """TEI's POST /embed (tei.py): its request, a JSON array of vectors, TEI's errors."""
+        start = time.perf_counter()
+        req = parse_embed(body, self.limits, self.model.output.normalize)
+        tokenizer = self._tokenizer(req.prompt_name)
+        times.parse = time.perf_counter() - start
+        vectors = await self._embed(req.texts, None, req.truncate, tokenizer, times)
+        start = time.perf_counter()
+        vectors = finish(vectors, req.dimensions, req.normalize, self.model.output.normalize)
+        body = await self._encode(embed_response, vectors)
+        times.encode = time.perf_counter() - start
+        return body
+
+    async def _embed(self, texts: list[str] | None, token_ids: list[list[int]] | None, truncate: bool,
+                     tokenizer: TextTokenizer | None, times: RequestTimes) -> np.ndarray:
+        """Embeddings [n, dim] of the texts (tokenised) or the token-id lists (cut to the limit); times gets the
+        tokenize, queue and inference seconds and the tokens and characters counted."""
+        start = time.perf_counter()
+        if texts is not None:
+            sequences = await self._tokenize(texts, truncate, tokenizer)
+            times.num_chars = sum(map(len, texts))
+        else:
+            sequences = self._cut(token_ids, truncate)
+            times.num_chars = sum(map(len, token_ids))  # TEI counts an id list's ids as its characters
+        times.tokenize = time.perf_counter() - start
+        vectors, (times.queue, times.inference) = await self.backend.embed(sequences)
+        times.num_tokens = self._count(sequences)
+        return vectors
+
+    async def _encode(self, encode, vectors: np.ndarray, *args) -> bytes:
+        """encode(vectors, *args): on the thread pool for a large response, so that the loop goes on meanwhile."""
+        if vectors.size > OFF_LOOP_VALUES:
+            return await asyncio.get_running_loop().run_in_executor(self.pool, encode, vectors, *args)
+        return encode(vectors, *args)
 
     def _tokenizer(self, prompt_name: str | None) -> TextTokenizer:
         if prompt_name not in self.tokenizers:
@@ -302,10 +372,25 @@ class EmbedServer:
             return Response(dumps({"status": "failed", "error": self.backend.failure}), 503, media_type=JSON)
         if self.draining:
             return Response(dumps({"status": "draining"}), 503, media_type=JSON)
-        index_rows = None if self.model.index_meta is None else self.model.index_meta["num_rows"]
-        return Response(dumps({"status": "ok", "model": self.model.name, "dimensions": self.limits.dim,
+        index_rows = (self.model.index_meta or {}).get("num_rows")
+        return Response(dumps({"status": "ok", "model": self.model.name, **self._dimensions(),
                                "max_input_tokens": self.limits.max_input_tokens, "index_rows": index_rows}),
                         media_type=JSON)
+
+    def _dimensions(self) -> dict:
+        """The width of /v1/embeddings' vectors (the model's output) and, with an index, the index's dimension
+        (/v1/search shortens its queries to it; binary: bits)."""
+        meta = self.model.index_meta or {}
+        return {"dimensions": self.limits.dim, "index_dimensions": meta.get("dimension")}
+
+    def models(self) -> Response:
+        """OpenAI's model list: one entry per served name (--served-model-name's, then the model's own)."""
+        data = [{"id": name, "object": "model", "owned_by": "embedpipe", **self._dimensions()}
+                for name in self.model.names]
+        return Response(dumps({"object": "list", "data": data}), media_type=JSON)
+
+    def tei_info(self) -> Response:
+        return Response(tei_info(self.model, self.config, self.limits.max_input_tokens), media_type=JSON)
 
 
 async def _disconnected(request: Request) -> None:
@@ -358,9 +443,14 @@ def create_app(server: EmbedServer) -> Starlette:
     async def search(request: Request) -> Response:
         return await server.handle("search", request, server.search)
 
+    async def embed(request: Request) -> Response:
+        return await server.handle("embed", request, server.tei_embed, tei_error)
+
     async def models(request: Request) -> Response:
-        model = {"id": server.model.name, "object": "model", "owned_by": "embedpipe"}
-        return Response(dumps({"object": "list", "data": [model]}), media_type=JSON)
+        return server.models()
+
+    async def info(request: Request) -> Response:
+        return server.tei_info()
 
     async def health(request: Request) -> Response:
         return server.health()
@@ -375,12 +465,15 @@ def create_app(server: EmbedServer) -> Starlette:
                    else f"{request.url.path} does not take {request.method}")
         return Response(ApiError(error.status_code, message).body(), error.status_code, media_type=JSON)
 
+    auth = [] if server.config.api_key is None else [Middleware(BearerAuth, config=server.config)]
     return Starlette(routes=[Route("/v1/embeddings", embeddings, methods=["POST"]),
                              Route("/v1/search", search, methods=["POST"]),
                              Route("/v1/models", models, methods=["GET"]),
+                             Route("/embed", embed, methods=["POST"]),  # TEI's
+                             Route("/info", info, methods=["GET"]),  # TEI's
                              Route("/health", health, methods=["GET"]),
                              Route("/metrics", metrics, methods=["GET"])],
-                     exception_handlers={404: no_route, 405: no_route}, lifespan=server.lifespan)
+                     middleware=auth, exception_handlers={404: no_route, 405: no_route}, lifespan=server.lifespan)
 
 
 def index_queries(vectors: np.ndarray, meta: dict, normalize: bool) -> np.ndarray:

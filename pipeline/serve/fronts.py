@@ -15,8 +15,8 @@ Messages, HTTP process -> here: ("listening",) once its socket accepts connectio
 token ids end to end [sum(lengths)] int32, lengths [n]) (arrays: unpickled and packed here much
 faster than lists of ints), ("cancel", rid), ("search", rid, queries, k), ("metrics", rid), and
 ("metrics_update", *RemoteMetrics.take()) every FLUSH_S.
-Here -> HTTP process: (rid, result), result being the embeddings [n, width], the hits, the
-metrics text or an exception.
+Here -> HTTP process: (rid, result), result being (the embeddings [n, width], (queue, inference) seconds:
+Job.times), the hits, the metrics text or an exception.
 """
 from __future__ import annotations
 
@@ -112,8 +112,10 @@ class FrontBridge:
 
     def _embedded(self, rid: int, result) -> None:
         with self._jobs_lock:
-            self._jobs.pop(rid, None)
-        self._reply(rid, result)
+            job = self._jobs.pop(rid, None)
+        if job is None:  # cancelled meanwhile: nobody waits for it
+            return
+        self._reply(rid, result if isinstance(result, Exception) else (result, job.times))
 
     def _search(self, rid: int, queries: np.ndarray, k: int) -> None:
         try:
@@ -250,7 +252,8 @@ class RemoteBackend:
         with self._send_lock:
             self.connection.send(message)
 
-    async def embed(self, sequences: list[list[int]]) -> np.ndarray:
+    async def embed(self, sequences: list[list[int]]) -> tuple[np.ndarray, tuple[float, float]]:
+        """The embeddings [len(sequences), width] and the engine's (queue, inference) seconds for them."""
         rid = next(self._ids)
         future = self._loop.create_future()
         self._waiting[rid] = partial(settle_in_loop, self._loop, future)
@@ -306,12 +309,13 @@ class RemoteMetrics:
             self._inputs += inputs
             self._tokens += tokens
 
-    def answered(self, endpoint: str, status: int, seconds: float) -> None:
+    def answered(self, endpoint: str, status: int, seconds: float, phases: tuple[float, ...] | None = None) -> None:
         with self._lock:
-            self._answered.append((endpoint, status, seconds))
+            self._answered.append((endpoint, status, seconds, phases))
 
     def take(self) -> tuple[int, int, int, list]:
-        """The updates since the last take: (active change, inputs, tokens, [(endpoint, status, seconds)])."""
+        """The updates since the last take: (active change, inputs, tokens, [(endpoint, status, seconds, phases)]),
+        phases being the seconds of an answered request's phases (timing.RequestTimes.phases) or None."""
         with self._lock:
             update = self._active, self._inputs, self._tokens, self._answered
             self._active, self._inputs, self._tokens, self._answered = 0, 0, 0, []

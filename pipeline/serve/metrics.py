@@ -9,6 +9,11 @@ from embedpipe.kernels.batch import Batch
 SECONDS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 POWERS_OF_TWO = tuple(float(1 << i) for i in range(11))  # 1 .. 1024
 TOKENS = tuple(float(64 << i) for i in range(11))  # 64 .. 65536
+PHASE_SECONDS = (0.0001, 0.0002, 0.0005, *SECONDS)  # a short request's parse and encode take tens of microseconds
+# a request's phases (timing.RequestTimes.phases), each a histogram embedpipe_request_<phase>_seconds
+PHASES = {"parse": "Request body to a checked request", "tokenize": "Texts to token ids",
+          "inference": "First batch of a request launched until its last row is back",
+          "encode": "Vectors to response bytes"}
 
 
 class EngineCounters:
@@ -37,6 +42,8 @@ class Metrics:
         self.inputs = Counter("embedpipe_inputs", "Texts or token-id lists embedded", registry=registry)
         self.tokens = Counter("embedpipe_tokens", "Tokens embedded (prompts and special tokens included)",
                               registry=registry)
+        self.phase_seconds = [Histogram(f"embedpipe_request_{phase}_seconds", text, ["endpoint"],
+                                        buckets=PHASE_SECONDS, registry=registry) for phase, text in PHASES.items()]
         self.queue_seconds = Histogram("embedpipe_queue_seconds", "Submission to the first batch of a request",
                                        buckets=SECONDS, registry=registry)
         self.batch_sequences = Histogram("embedpipe_batch_sequences", "Sequences per batch",
@@ -62,16 +69,22 @@ class Metrics:
         self.inputs.inc(inputs)
         self.tokens.inc(tokens)
 
-    def answered(self, endpoint: str, status: int, seconds: float) -> None:
+    def answered(self, endpoint: str, status: int, seconds: float, phases: tuple[float, ...] | None = None) -> None:
+        """A response: its status, its seconds from arrival and, for an answered one, the seconds of its phases
+        (timing.RequestTimes.phases: parse, tokenize, inference, encode)."""
         self.requests.labels(endpoint, str(status)).inc()
         self.request_seconds.labels(endpoint).observe(seconds)
+        if phases is not None:
+            for histogram, value in zip(self.phase_seconds, phases):
+                histogram.labels(endpoint).observe(value)
 
-    def update(self, active_change: int, inputs: int, tokens: int, answered: list[tuple[str, int, float]]) -> None:
-        """An HTTP process's updates since its last (fronts.RemoteMetrics.take)."""
+    def update(self, active_change: int, inputs: int, tokens: int, answered: list[tuple]) -> None:
+        """An HTTP process's updates since its last (fronts.RemoteMetrics.take); answered: the arguments of
+        answered() for each response."""
         self.admitted(active_change)
         self.counted(inputs, tokens)
-        for endpoint, status, seconds in answered:
-            self.answered(endpoint, status, seconds)
+        for response in answered:
+            self.answered(*response)
 
     def text(self) -> bytes:
         return generate_latest(self.registry)

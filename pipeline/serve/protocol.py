@@ -13,6 +13,7 @@ import numpy as np
 
 ENCODING_FORMATS = ("float", "base64")
 MAX_SEARCH_K = 1000
+MAX_ECHOED_CHARS = 200  # of a client's string quoted back in an error message
 
 
 class ApiError(Exception):
@@ -25,6 +26,11 @@ class ApiError(Exception):
     def body(self) -> bytes:
         error = {"message": self.message, "type": self.kind, "param": self.param, "code": self.status}
         return dumps({"error": error})
+
+
+def openai_error(error: ApiError) -> tuple[int, bytes]:
+    """(status, body) of an error answered on an OpenAI-style route (tei.tei_error: on TEI's)."""
+    return error.status, error.body()
 
 
 @dataclass(frozen=True)
@@ -46,6 +52,7 @@ class EmbeddingsRequest:
     encoding_format: str
     truncate: bool
     prompt_name: str | None
+    model: str | None  # None: not given (curl users often leave it out)
 
     @property
     def num_inputs(self) -> int:
@@ -57,6 +64,7 @@ class SearchRequest:
     queries: list[str]
     k: int
     truncate: bool
+    model: str | None
 
 
 def dumps(payload) -> bytes:
@@ -81,8 +89,9 @@ def parse_embeddings(body: bytes, limits: Limits) -> EmbeddingsRequest:
     encoding_format = payload.get("encoding_format") or "float"
     if encoding_format not in ENCODING_FORMATS:
         raise ApiError(400, f"encoding_format must be 'float' or 'base64', not {encoding_format!r}", "encoding_format")
-    return EmbeddingsRequest(texts, token_ids, _dimensions(payload.get("dimensions"), limits.dim), encoding_format,
-                             _truncate(payload, limits), _optional_str(payload, "prompt_name"))
+    return EmbeddingsRequest(texts, token_ids, checked_dimensions(payload.get("dimensions"), limits.dim),
+                             encoding_format, _truncate(payload, limits), optional_str(payload, "prompt_name"),
+                             optional_str(payload, "model"))
 
 
 def parse_search(body: bytes, limits: Limits) -> SearchRequest:
@@ -97,7 +106,7 @@ def parse_search(body: bytes, limits: Limits) -> SearchRequest:
     k = payload.get("k", 10)
     if not _is_int(k) or not 1 <= k <= MAX_SEARCH_K:
         raise ApiError(400, f"k must be an integer from 1 to {MAX_SEARCH_K}, not {k!r}", "k")
-    return SearchRequest(queries, k, _truncate(payload, limits))
+    return SearchRequest(queries, k, _truncate(payload, limits), optional_str(payload, "model"))
 
 
 def _inputs(value, limits: Limits) -> tuple[list[str] | None, list[list[int]] | None]:
@@ -144,7 +153,7 @@ def _token_ids(lists: list[list], vocab_size: int, where: str) -> list[list[int]
     return lists
 
 
-def _dimensions(value, dim: int) -> int | None:
+def checked_dimensions(value, dim: int) -> int | None:
     if value is None:
         return None
     if not _is_int(value) or not 1 <= value <= dim:
@@ -160,11 +169,22 @@ def _truncate(payload: dict, limits: Limits) -> bool:
     return value
 
 
-def _optional_str(payload: dict, name: str) -> str | None:
+def optional_str(payload: dict, name: str) -> str | None:
     value = payload.get(name)
     if value is not None and not isinstance(value, str):
-        raise ApiError(400, f"{name} must be a string, not {value!r}", name)
+        raise ApiError(400, f"{name} must be a string, not {json.dumps(value)[:MAX_ECHOED_CHARS]}", name)
     return value
+
+
+def served_name(asked: str | None, names: tuple[str, ...]) -> str:
+    """The model name a response carries: the one the request asked for, which must be one of the served names,
+    or (none asked for) the first served name; another is OpenAI's 404 for an unknown model."""
+    if asked is None:
+        return names[0]
+    if asked not in names:
+        raise ApiError(404, f"the model {asked[:MAX_ECHOED_CHARS]!r} is not served here; this server serves "
+                            f"{', '.join(map(repr, names))}", "model", kind="not_found_error")
+    return asked
 
 
 def _is_int(value) -> bool:

@@ -48,6 +48,7 @@ class Job:
     next_index: int = 0  # the next sequence to move into the batcher
     remaining: int = 0  # rows not yet back
     dispatched: float | None = None  # when its first sequence went into a batch
+    finished: float | None = None  # when its last row came back
     cancelled: bool = False
 
     def __post_init__(self):
@@ -56,6 +57,12 @@ class Job:
     def cancel(self) -> None:
         """Sequences not yet batched are dropped (called from the event loop on timeout)."""
         self.cancelled = True
+
+    @property
+    def times(self) -> tuple[float, float]:
+        """(queue, inference) seconds of a completed job: submission to its first batch's launch, then to its
+        last row back (a request's x-queue-time and x-inference-time)."""
+        return self.dispatched - self.submitted, self.finished - self.dispatched
 
 
 class Scheduler:
@@ -197,6 +204,7 @@ class Scheduler:
             job.out[i] = rows[k]
             job.remaining -= 1
             if job.remaining == 0 and not job.cancelled:
+                job.finished = time.perf_counter()
                 job.on_done(job.out)
 
     def _fail(self, batch: Batch, error: Exception) -> None:

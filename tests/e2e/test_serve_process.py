@@ -1,5 +1,6 @@
 """`embedpipe serve` as a process: an index made by `embedpipe index`, graceful SIGTERM, start-up errors."""
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -95,11 +96,43 @@ def admitted_all(url: str, num_requests: int) -> bool:
     (["--max-input-tokens", "1000"], "more than the model's max_seq_length 256"),
     (["--http-workers", "2", "--port", "0"], "--port 0 (any free port) needs --http-workers 1"),
     (["--port", "99999"], "port must be between 0 and 65535, not 99999"),
+    (["--api-key", ""], "the API key (--api-key or EMBEDPIPE_API_KEY) must be a non-empty string"),
+    (["--served-model-name", ""], "a served model name (--served-model-name) must not be empty"),
 ])
 def test_start_up_errors_exit_2_with_a_message(args, message):
     result = subprocess.run([sys.executable, "-m", "embedpipe.cli.main", "serve", "--device", "cpu", *args],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
+API_KEY = "sk-from-the-environment-42"
+
+
+def test_the_api_key_from_the_environment_guards_every_http_process(tmp_path):
+    """EMBEDPIPE_API_KEY stands for --api-key; the HTTP processes of --http-workers get it with their config."""
+    server = ServerProcess(tmp_path / "server.log", "--http-workers", "2", env={"EMBEDPIPE_API_KEY": API_KEY})
+    try:
+        assert len(spawned_children(server.proc.pid)) == 2
+        for _ in range(8):  # a new connection each: the kernel spreads them over both HTTP processes
+            assert embed(server.url, input="no key").status_code == 401
+            wrong = httpx.post(server.url + "/embed", json={"inputs": "x"}, headers={"Authorization": "Bearer x"})
+            assert wrong.status_code == 401 and wrong.headers["www-authenticate"].startswith("Bearer")
+            right = httpx.post(server.url + "/v1/embeddings", json={"input": "with the key"},
+                               headers={"Authorization": f"Bearer {API_KEY}"}, timeout=60)
+            assert vectors(right).shape == (1, 384)
+            assert httpx.get(server.url + "/health").status_code == 200
+    finally:
+        assert server.terminate() == 0
+    assert API_KEY not in (tmp_path / "server.log").read_text()
+
+
+def test_an_empty_api_key_in_the_environment_is_refused_not_ignored(tmp_path):
+    """An empty variable (a secret that did not render) would otherwise leave the server open."""
+    result = subprocess.run([sys.executable, "-m", "embedpipe.cli.main", "serve", "--device", "cpu"],
+                            capture_output=True, text=True, timeout=120, env={**os.environ, "EMBEDPIPE_API_KEY": ""})
+    assert result.returncode == 2 and result.stderr.strip() == (
+        "embedpipe: error: the API key (--api-key or EMBEDPIPE_API_KEY) must be a non-empty string of printable "
+        "ASCII without spaces"), result.stderr
 
 
 def test_a_busy_port_is_a_one_line_exit_2_before_the_model_loads():

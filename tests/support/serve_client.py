@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import base64
+import os
 import signal
 import socket
 import subprocess
@@ -29,13 +30,15 @@ def free_port() -> int:
 class ServerProcess:
     """`embedpipe serve` as a user runs it; the log goes to a file (a full pipe would stall the server)."""
 
-    def __init__(self, log: Path, *args: str):
+    def __init__(self, log: Path, *args: str, env: dict[str, str] | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
         command = [sys.executable, "-m", "embedpipe.cli.main", "serve", "--port", str(self.port), "--device", "cpu", *args]
+        # env: variables set on top of this process's, less an API key the test run may have (the server stays open)
+        env = {**{k: v for k, v in os.environ.items() if k != "EMBEDPIPE_API_KEY"}, **(env or {})}
         with open(log, "w") as out:
-            self.proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
         self.wait_healthy()
 
     def wait_healthy(self, timeout: float = 180) -> None:

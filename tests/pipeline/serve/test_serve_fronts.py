@@ -50,8 +50,8 @@ def test_embeddings_failures_timeouts_and_metrics_cross_the_link(linked, minilm)
             assert time.monotonic() < deadline, "the cancelled job stayed in the bridge"
             await asyncio.sleep(0.01)
         engine.gate.set()
-        got = await remote.embed(sequences)
-        assert got.shape == (3, 384)
+        got, (queue_seconds, inference_seconds) = await remote.embed(sequences)  # the engine's times come along
+        assert got.shape == (3, 384) and queue_seconds >= 0 and inference_seconds > 0
         assert cosine(got, embed_token_ids(minilm, sequences)).min() >= 0.9999
         with pytest.raises(RuntimeError, match="injected engine failure"):
             await remote.embed([[101, FAIL_TOKEN, 102]])
@@ -59,12 +59,16 @@ def test_embeddings_failures_timeouts_and_metrics_cross_the_link(linked, minilm)
             await asyncio.get_running_loop().run_in_executor(None, remote.search, np.zeros((1, 384), np.float32), 3)
         remote.metrics.admitted(1)
         remote.metrics.counted(3, 58)
-        remote.metrics.answered("embeddings", 200, 0.004)
+        remote.metrics.answered("embeddings", 200, 0.004, (0.0001, 0.0005, 0.003, 0.0002))  # and the phases
+        remote.metrics.answered("embeddings", 400, 0.0003)
         remote.metrics.admitted(-1)
         return await asyncio.get_running_loop().run_in_executor(None, remote.metrics.text)
 
     text = asyncio.run(main()).decode()
     assert "embedpipe_tokens_total 58.0" in text and "embedpipe_inputs_total 3.0" in text
     assert 'embedpipe_requests_total{endpoint="embeddings",status="200"} 1.0' in text
+    for phase in ("parse", "tokenize", "inference", "encode"):  # the answered request's, not the 400's
+        assert f'embedpipe_request_{phase}_seconds_count{{endpoint="embeddings"}} 1.0' in text, phase
+    assert 'embedpipe_request_inference_seconds_sum{endpoint="embeddings"} 0.003' in text
     assert "embedpipe_requests_active 0.0" in text
     assert not bridge._jobs

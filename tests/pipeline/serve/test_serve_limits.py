@@ -15,6 +15,7 @@ from embedpipe.pipeline.text.tokenizer import make_tokenizer
 from embedpipe.pipeline.batching.batcher import BatcherConfig
 from embedpipe.pipeline.serve.app import CLIENT_CLOSED, EmbedServer, ServeConfig, local_server
 from embedpipe.pipeline.serve.launch import load_index
+from embedpipe.pipeline.serve.protocol import shorten
 from support.serve_client import GatedEngine, InProcessServer, embed, metric, vectors, write_index
 
 
@@ -176,3 +177,42 @@ def test_an_engine_thread_that_fails_outside_a_batch_fails_every_request_with_50
             assert "the engine thread failed (RuntimeError: injected batcher fault)" in error(response)
         assert httpx.get(live.url + "/health").status_code == 503
         assert server.backend.failure is not None
+
+
+def test_health_and_models_report_the_embeddings_width_and_the_index_dimension(tmp_path, minilm):
+    """/v1/search shortens queries to the index's dimension; /v1/embeddings answers the model's full width."""
+    docs = ["the cat sat on the mat", "stock markets fell sharply today", "a recipe for lemon cake"]
+    doc_vectors = shorten(embed_texts(minilm, make_tokenizer(minilm), docs), 128, True)
+    index = write_index(tmp_path, ["cat", "stocks", "cake"], docs, doc_vectors)
+    with InProcessServer(make_server(minilm, load_index(index, minilm))) as live:
+        health = httpx.get(live.url + "/health").json()
+        assert (health["dimensions"], health["index_dimensions"], health["index_rows"]) == (384, 128, 3)
+        model = httpx.get(live.url + "/v1/models").json()["data"][0]
+        assert (model["id"], model["dimensions"], model["index_dimensions"]) == ("minilm", 384, 128)
+        assert vectors(embed(live.url, input=docs[0])).shape == (1, 384)
+        query = "where did the cat sit"
+        hits = httpx.post(live.url + "/v1/search", json={"query": query, "k": 3}).json()["data"][0]["hits"]
+        short_query = shorten(embed_texts(minilm, make_tokenizer(minilm), [query]), 128, True)[0]
+        assert hits[0]["id"] == "cat" and abs(hits[0]["score"] - float(doc_vectors[0] @ short_query)) < 1e-4
+
+
+def test_tei_normalize_false_is_served_when_the_model_does_not_normalise():
+    """The engine normalises on the device for a normalising model (then normalize=false is a 422); for one that
+    does not, /embed gives its pooled vectors as they are, or normalised on the CPU."""
+    engine = Engine(EngineConfig(model="minilm", device="cpu", normalize=False))
+    texts = ["an unnormalised vector", "and another, somewhat longer, text"]
+    with InProcessServer(make_server(engine)) as live:
+        raw = vectors(embed(live.url, input=texts))
+        assert not np.allclose(np.linalg.norm(raw, axis=1), 1, atol=1e-3)
+
+        def tei(**payload):
+            response = httpx.post(live.url + "/embed", json={"inputs": texts, **payload})
+            assert response.status_code == 200, response.text
+            return np.array(response.json(), dtype=np.float32)
+
+        assert np.allclose(tei(normalize=False), raw, rtol=1e-5, atol=1e-6)
+        assert np.allclose(tei(normalize=False, dimensions=64), raw[:, :64], rtol=1e-5, atol=1e-6)
+        unit = tei()  # TEI's default: normalised
+        assert np.allclose(np.linalg.norm(unit, axis=1), 1, atol=1e-5) and cosine(unit, raw).min() >= 0.99999
+        short = tei(dimensions=64)
+        assert np.allclose(short, shorten(raw, 64, True), atol=1e-6)

@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 
 from embedpipe.pipeline.serve.app import index_queries
-from embedpipe.pipeline.serve.protocol import (ApiError, Limits, check_lengths, embeddings_response,
-                                               parse_embeddings, parse_search, shorten)
+from embedpipe.pipeline.serve.protocol import (ApiError, Limits, check_lengths, dumps, embeddings_response,
+                                               parse_embeddings, parse_search, served_name, shorten)
+from embedpipe.pipeline.serve.tei import embed_response, finish, parse_embed, tei_error
+from embedpipe.pipeline.serve.timing import RequestTimes
 
 LIMITS = Limits(max_inputs=4, max_input_tokens=8, truncate=True, dim=16, vocab_size=100)
 
@@ -114,3 +116,82 @@ def test_index_queries_take_the_index_form():
     assert np.array_equal(int8, np.round(np.tanh(vectors) * 127))
     binary = index_queries(vectors, {"dimension": 16, "dtype": "binary"}, True)
     assert binary.dtype == np.uint8 and np.array_equal(np.unpackbits(binary, axis=1), (vectors >= 0).astype(np.uint8))
+
+
+def test_the_model_field_is_optional_but_a_string():
+    assert parse({"input": "a"}).model is None and parse({"input": "a", "model": None}).model is None
+    assert parse({"input": "a", "model": "m"}).model == "m"
+    assert parse_search(b'{"query": "q", "model": "m"}', LIMITS).model == "m"
+    for payload in ({"input": "a", "model": 3}, {"input": "a", "model": {"id": "m"}}):
+        with pytest.raises(ApiError, match="model must be a string") as error:
+            parse(payload)
+        assert error.value.status == 400 and error.value.param == "model"
+
+
+def test_served_name_echoes_a_served_name_and_refuses_others():
+    names = ("alias", "minilm")
+    assert served_name(None, names) == "alias" and served_name("minilm", names) == "minilm"
+    with pytest.raises(ApiError) as error:
+        served_name("gpt-" + "x" * 10_000, names)
+    assert (error.value.status, error.value.kind, error.value.param) == (404, "not_found_error", "model")
+    assert error.value.message.endswith("is not served here; this server serves 'alias', 'minilm'")
+    assert len(error.value.message) < 300  # a long name asked for is quoted cut
+
+
+def test_request_times_become_headers_in_milliseconds():
+    times = RequestTimes(parse=0.0000123, tokenize=0.0012345, queue=0.002, inference=0.01, encode=0.0004,
+                         num_tokens=12, num_chars=40)
+    headers = times.headers(0.0201)
+    assert headers == {"x-total-time": "20.100", "x-parse-time": "0.012", "x-tokenization-time": "1.234",
+                       "x-queue-time": "2.000", "x-inference-time": "10.000", "x-encode-time": "0.400",
+                       "x-compute-tokens": "12", "x-compute-characters": "40"}
+    times.search = 0.003
+    assert times.headers(0.03)["x-search-time"] == "3.000"
+    assert times.phases() == (0.0000123, 0.0012345, 0.01, 0.0004)
+
+
+def parse_tei(payload, normalized=True):
+    return parse_embed(json.dumps(payload).encode(), LIMITS, normalized)
+
+
+def test_tei_embed_requests_take_teis_defaults():
+    request = parse_tei({"inputs": "one"})
+    assert (request.texts, request.normalize, request.truncate, request.prompt_name, request.dimensions) == \
+        (["one"], True, False, None, None)
+    request = parse_tei({"inputs": ["a", "b"], "normalize": False, "truncate": True, "prompt_name": "query",
+                         "dimensions": 8}, normalized=False)
+    assert (request.texts, request.normalize, request.truncate, request.prompt_name, request.dimensions) == \
+        (["a", "b"], False, True, "query", 8)
+
+
+@pytest.mark.parametrize("payload, status, error_type", [
+    ({"inputs": []}, 400, "Empty"),
+    ({"inputs": ["a"] * 5}, 413, "Validation"),
+    ({"inputs": [1, 2]}, 422, "Validation"),
+    ({"inputs": "a", "normalize": False}, 422, "Validation"),
+    ({"inputs": "a", "dimensions": 17}, 422, "Validation"),  # an ApiError of protocol.py, in TEI's terms
+])
+def test_bad_tei_requests_get_teis_statuses(payload, status, error_type):
+    with pytest.raises(ApiError) as error:
+        parse_tei(payload)
+    assert tei_error(error.value) == (status, dumps({"error": error.value.message, "error_type": error_type}))
+
+
+def test_the_shared_request_paths_errors_map_to_teis():
+    for status, kind, want in ((429, "rate_limit_error", (429, "Overloaded")),
+                               (503, "unavailable_error", (503, "Unhealthy")), (500, "server_error", (424, "Backend")),
+                               (504, "timeout_error", (504, "Backend")),
+                               (413, "invalid_request_error", (413, "Validation"))):
+        got_status, body = tei_error(ApiError(status, "m", kind=kind))
+        assert (got_status, json.loads(body)) == (want[0], {"error": "m", "error_type": want[1]})
+
+
+def test_finish_normalises_only_what_the_engine_did_not():
+    vectors = np.random.default_rng(3).standard_normal((2, 16)).astype(np.float32)
+    assert np.array_equal(finish(vectors, None, False, normalized=False), vectors)
+    assert np.array_equal(finish(vectors, 4, False, normalized=False), vectors[:, :4])
+    unit = finish(vectors, 4, True, normalized=False)
+    assert np.allclose(np.linalg.norm(unit, axis=1), 1, atol=1e-6) and np.allclose(unit, shorten(vectors, 4, True))
+    normalised = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    assert finish(normalised, None, True, normalized=True) is normalised  # as the engine gave it
+    assert json.loads(embed_response(vectors[:, :2])) == vectors[:, :2].tolist()

@@ -255,3 +255,24 @@ def test_a_batch_out_of_memory_runs_as_halves_and_answers_every_request(minilm, 
     assert engine.num_failed >= 1
     for ids, got in zip(jobs_ids, results):
         assert cosine(got, embed_token_ids(minilm, ids)).min() >= 0.9999
+
+
+def test_a_job_times_its_queue_and_its_inference(minilm):
+    """queue: submission to its first batch's launch; inference: that launch to its last row back (x-queue-time,
+    x-inference-time). The first job's batch is held in step() 0.3 s; the second waits behind it."""
+    engine = GatedEngine(minilm)
+
+    async def main():
+        scheduler = Scheduler(engine, SMALL_BATCHES)
+        first = scheduler.submit(sequences(1, 8))
+        await asyncio.sleep(0.1)  # the engine thread launches the first batch and blocks in its step
+        second = scheduler.submit(sequences(1, 8, seed=1))
+        await asyncio.sleep(0.2)
+        engine.gate.set()
+        await asyncio.wait_for(asyncio.gather(first.future, second.future), 60)
+        scheduler.close()
+        return first.times, second.times
+
+    (first_queue, first_inference), (second_queue, second_inference) = run(main)
+    assert first_queue < 0.09 and first_inference >= 0.29, (first_queue, first_inference)
+    assert second_queue >= 0.19 and 0 < second_inference < second_queue, (second_queue, second_inference)
