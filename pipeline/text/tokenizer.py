@@ -67,12 +67,6 @@ class TextTokenizer:
     def _encodings(self, texts: list[str]) -> tuple[list[Encoding], list[bool]]:
         """Each text's encoding, and whether tokens were cut from it (or it was read only up to max_text_chars)."""
         first_cut = self.max_length * CUT_CHARS_PER_TOKEN
-        if len(texts) == 1 and len(texts[0]) <= first_cut:
-            # one short text (a query): encode runs on this thread, where encode_batch hands the one text to the
-            # Rust thread pool and waits for it (~30% more on a 2-core VM, more on a many-core host); it holds the
-            # GIL, for at most first_cut characters
-            encodings = [self._tokenizer.encode(self.prompt + texts[0])]
-            return encodings, [bool(encodings[0].overflowing)]
         # encode_batch_fast skips the character offsets (~15% faster); only word_ids are needed, and only
         # for texts longer than the first cut, which are encoded again below. The prompt is joined to the
         # prefix only: joining it to a 10 MB text copies the 10 MB.

@@ -136,15 +136,3 @@ def test_long_words_do_not_hold_the_gil(tokenizer_files):
         thread.join()
     # each doubling's encode_batch releases the GIL; only the Python between them holds it (< 1 ms)
     assert len(gaps) > 10 and max(gaps) < 0.2
-
-
-@pytest.mark.parametrize("kind", ["wordpiece", "byte-level BPE", "unigram"])
-@pytest.mark.parametrize("prompt", ["", "query: "])
-def test_one_text_alone_is_encoded_as_in_a_batch(tokenizer_files, kind, prompt):
-    """A single short text takes the one-text path (encode, not encode_batch): the same ids and truncation flag."""
-    tokenizer = TextTokenizer(tokenizer_files[kind], 32, prompt)
-    texts = ["how do I reset my password", TEXTS[1] * 20, "x"]  # fits, is cut at 32 tokens, one character
-    batch_ids, batch_cut = tokenizer.encode(texts + [""])  # a batch of several: encode_batch
-    for i, text in enumerate(texts):
-        assert tokenizer.encode([text]) == ([batch_ids[i]], [batch_cut[i]])
-    assert batch_cut[1] and not batch_cut[0]
