@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from suite_http import OURS_READY, Server, body, closed_loop, run_async
+from suite_http import MODEL_NAME, OURS_READY, Server, body, closed_loop, run_async
 from workloads import texts_of
 
 
@@ -72,7 +72,8 @@ def main() -> None:
     payloads = [body(text) for text in texts_of(resolve_model_path(args.model), 64, args.tokens)]
     for workers, in_flight in itertools.product(args.http_workers.split(","), args.max_in_flight.split(",")):
         command = [sys.executable, __file__, "--serve", "--device-ms", str(args.device_ms), "--model", args.model,
-                   "--device", "cpu", "--http-workers", workers, "--max-in-flight", in_flight]
+                   "--device", "cpu", "--http-workers", workers, "--max-in-flight", in_flight,
+                   "--served-model-name", MODEL_NAME]
         server = Server("null-engine server", command, Path("/tmp/embedpipe-null-server.log"), {"OMP_NUM_THREADS": "1"},
                         OURS_READY)
         server.wait_healthy()

@@ -74,10 +74,13 @@ class Server:
 OURS_READY = "embedpipe: serving"  # printed once the server listens (with --http-workers N, every HTTP process)
 
 
+MODEL_NAME = "bench"  # what the clients ask for; our server answers to it (--served-model-name)
+
+
 def our_server(folder: Path, device: str, *options) -> list[str]:
     """The command of `embedpipe serve` on the model folder, with more options (without --port)."""
     return [sys.executable, "-m", "embedpipe.cli.main", "serve", "--model", str(folder), "--device", device,
-            *map(str, options)]
+            "--served-model-name", MODEL_NAME, *map(str, options)]
 
 
 def start_servers(folder: Path, device: str, logs: Path, http_workers: int) -> dict[str, Server]:
@@ -105,7 +108,7 @@ def stop_servers(servers: dict[str, Server]) -> None:
 
 
 def body(inputs, encoding: str = "base64") -> bytes:
-    return json.dumps({"model": "bench", "input": inputs, "encoding_format": encoding}).encode()
+    return json.dumps({"model": MODEL_NAME, "input": inputs, "encoding_format": encoding}).encode()
 
 
 def post(connection: http.client.HTTPConnection, payload: bytes) -> bytes:

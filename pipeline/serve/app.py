@@ -60,6 +60,7 @@ SWITCH_INTERVAL_S = 5e-4
 # takes ~5, JSON-escaped CJK ~9), between 1 MiB and 64 MiB
 BODY_BYTES_PER_TOKEN = 16
 TOKENIZE_CHUNK_CHARS = 1 << 18  # a request's texts are tokenised in pool tasks of about this many characters
+INLINE_TOKENIZE_CHARS = 256  # one text up to this long is tokenised on the event loop (MiniLM's: ~115 us at most)
 CLIENT_CLOSED = 499  # the status counted for a request whose client went away (nginx's)
 
 
@@ -346,12 +347,17 @@ class EmbedServer:
 
     async def _tokenize(self, texts: list[str], truncate: bool, tokenizer: TextTokenizer) -> list[list[int]]:
         """Token ids of the texts, tokenised on the pool in tasks of ~TOKENIZE_CHUNK_CHARS characters, one after the
-        other: a cancelled request stops after the running task, and one request takes one thread at a time."""
-        loop, ids, truncated = asyncio.get_running_loop(), [], []
-        for chunk in chunks_of_chars(texts, TOKENIZE_CHUNK_CHARS, tokenizer.max_text_chars):
-            chunk_ids, chunk_truncated = await loop.run_in_executor(self.pool, tokenizer.encode, chunk)
-            ids += chunk_ids
-            truncated += chunk_truncated
+        other: a cancelled request stops after the running task, and one request takes one thread at a time. One short
+        text (a query) is tokenised here, on the loop: the hop to a pool thread and back cost more than the encoding
+        (a 12-word query, 2-core VM: 28 us to encode, 78 us through the pool)."""
+        if len(texts) == 1 and len(texts[0]) <= INLINE_TOKENIZE_CHARS:
+            ids, truncated = tokenizer.encode(texts)
+        else:
+            loop, ids, truncated = asyncio.get_running_loop(), [], []
+            for chunk in chunks_of_chars(texts, TOKENIZE_CHUNK_CHARS, tokenizer.max_text_chars):
+                chunk_ids, chunk_truncated = await loop.run_in_executor(self.pool, tokenizer.encode, chunk)
+                ids += chunk_ids
+                truncated += chunk_truncated
         if not truncate:
             check_lengths([len(s) for s in ids], truncated, self.limits.max_input_tokens)
         return ids

@@ -11,12 +11,11 @@ first process to accept took every keep-alive connection). A bridge thread per H
 submits its token ids to the one Scheduler, so every process's requests share the same
 token-budget batches.
 
-Messages, HTTP process -> here: ("listening",) once its socket accepts connections, ("embed", rid,
-token ids end to end [sum(lengths)] int32, lengths [n]) (arrays: unpickled and packed here much
-faster than lists of ints), ("cancel", rid), ("search", rid, queries, k), ("metrics", rid), and
-("metrics_update", *RemoteMetrics.take()) every FLUSH_S.
-Here -> HTTP process: (rid, result), result being (the embeddings [n, width], (queue, inference) seconds:
-Job.times), the hits, the metrics text or an exception.
+Messages (wire.py: one frame each, no pickling on the request path), HTTP process -> here: EMBED (rid, token
+ids end to end as int32, lengths), CANCEL (rid), and pickled ones: ("listening",) once its socket accepts
+connections, ("search", rid, queries, k), ("metrics", rid), ("metrics_update", *RemoteMetrics.take()) every
+FLUSH_S. Here -> HTTP process: VECTORS (rid, float32 [n, width], Job.times), or a pickled (rid, result): the hits,
+the metrics text or an exception.
 """
 from __future__ import annotations
 
@@ -43,6 +42,7 @@ from embedpipe.pipeline.config import ConfigError
 from embedpipe.pipeline.errors import JobFault
 from embedpipe.pipeline.serve.app import (SWITCH_INTERVAL_S, DrainingUvicorn, EmbedServer, EngineFailed, LocalBackend,
                                           ServeConfig, ServedModel, bind, create_app)
+from embedpipe.pipeline.serve import wire
 from embedpipe.pipeline.serve.scheduler import Job, SchedulerClosed, settle, settle_in_loop
 from embedpipe.pipeline.util.processes import exit_description, exit_when_parent_dies
 
@@ -70,7 +70,7 @@ class FrontBridge:
     def _run(self) -> None:
         try:
             while True:
-                message = self.connection.recv()
+                message = wire.decode(self.connection.recv_bytes())
                 try:
                     self._handle(*message)
                 except Exception as error:  # noqa: BLE001 - that request fails; this HTTP process goes on
@@ -88,8 +88,7 @@ class FrontBridge:
         if kind == "listening":
             self.listening.set()
         elif kind == "embed":
-            rid, token_ids, lengths = args
-            sequences = np.split(token_ids, np.cumsum(lengths[:-1]))
+            rid, sequences = args
             with self._jobs_lock:  # held until the job is listed, so its reply cannot come first
                 try:
                     self._jobs[rid] = self.backend.scheduler.submit_with(sequences, partial(self._embedded, rid))
@@ -115,7 +114,10 @@ class FrontBridge:
             job = self._jobs.pop(rid, None)
         if job is None:  # cancelled meanwhile: nobody waits for it
             return
-        self._reply(rid, result if isinstance(result, Exception) else (result, job.times))
+        if isinstance(result, Exception):
+            self._reply(rid, result)
+        else:
+            self._send(wire.vectors_message(rid, result, job.times))
 
     def _search(self, rid: int, queries: np.ndarray, k: int) -> None:
         try:
@@ -125,11 +127,15 @@ class FrontBridge:
         self._reply(rid, result)
 
     def _reply(self, rid: int, result) -> None:
+        """A reply other than embeddings (hits, metrics text, an error), pickled."""
         if isinstance(result, Exception):
             result = _picklable(result)
+        self._send(wire.pickled_message(rid, result))
+
+    def _send(self, frame: bytes) -> None:
         with self._send_lock:
             try:
-                self.connection.send((rid, result))
+                self.connection.send_bytes(frame)
             except OSError:
                 pass  # the HTTP process is gone; nobody waits for this
 
@@ -249,22 +255,24 @@ class RemoteBackend:
             pass
 
     def send(self, *message) -> None:
+        """A message other than embed and cancel, pickled."""
+        self._send(wire.pickled_message(*message))
+
+    def _send(self, frame: bytes) -> None:
         with self._send_lock:
-            self.connection.send(message)
+            self.connection.send_bytes(frame)
 
     async def embed(self, sequences: list[list[int]]) -> tuple[np.ndarray, tuple[float, float]]:
         """The embeddings [len(sequences), width] and the engine's (queue, inference) seconds for them."""
         rid = next(self._ids)
         future = self._loop.create_future()
         self._waiting[rid] = partial(settle_in_loop, self._loop, future)
-        lengths = np.fromiter(map(len, sequences), np.int64, len(sequences))
-        token_ids = np.fromiter(itertools.chain.from_iterable(sequences), np.int32, int(lengths.sum()))
         try:
-            self.send("embed", rid, token_ids, lengths)
+            self._send(wire.embed_message(rid, sequences))
             return await future
         finally:
             if self._waiting.pop(rid, None) is not None:  # unanswered (a timeout): drop its unbatched sequences
-                self.send("cancel", rid)
+                self._send(wire.cancel_message(rid))
 
     def call(self, kind: str, *args):
         """A round trip, from a pool thread: the engine process's answer, or its error raised here."""
@@ -280,13 +288,17 @@ class RemoteBackend:
     def _receive(self) -> None:
         try:
             while True:
-                rid, result = self.connection.recv()
-                settle = self._waiting.pop(rid, None)
-                if settle is not None:
-                    settle(result)
+                message = wire.decode(self.connection.recv_bytes())
+                if message[0] == "vectors":  # ("vectors", rid, vectors, times)
+                    rid, result = message[1], (message[2], message[3])
+                else:
+                    rid, result = message
+                answer = self._waiting.pop(rid, None)
+                if answer is not None:
+                    answer(result)
         except (EOFError, OSError):  # the engine process is gone (this process exits with it)
-            for settle in list(self._waiting.values()):
-                settle(SchedulerClosed("the engine process is gone"))
+            for answer in list(self._waiting.values()):
+                answer(SchedulerClosed("the engine process is gone"))
 
 
 class RemoteMetrics:

@@ -104,7 +104,7 @@ def finish(vectors: np.ndarray, dimensions: int | None, normalize: bool, normali
 
 def embed_response(vectors: np.ndarray) -> bytes:
     """TEI's embed response: [[float, ...], ...], one vector per input."""
-    return dumps(np.ascontiguousarray(vectors, dtype="<f4").tolist())
+    return dumps(np.ascontiguousarray(vectors, dtype="<f4"))
 
 
 def tei_error(error: ApiError) -> tuple[int, bytes]:

@@ -1,0 +1,105 @@
+"""The online path of two builds of `embedpipe serve`, A B A B ..., each server a fresh process.
+
+    python benchmarks/serve_online_ab.py --out DIR --model FOLDER --system before=/path/to/site --system after= \\
+        [--device cuda] [--http-workers 4] [--clients 1,4,16] [--rounds 2] [--seconds 3]
+
+A system is a name and a PYTHONPATH entry put first (empty: this checkout). Per server: closed-loop clients
+(suite 4's, one keep-alive connection each) send one text per request: a short query (~12 tokens) as JSON
+floats and as base64, and a 512-token passage as base64; p50 / p90 / p99 and requests/s per client count.
+Then 200 queries one at a time read the x-*-time headers, where the build sends them: the time of each hop.
+Writes DIR/serve-online-ab.json and prints a table.
+"""
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+
+from suite_http import OURS_READY, Server, closed_loop, run_async
+from workloads import texts_of
+
+PHASES = ("parse", "tokenization", "queue", "inference", "encode", "total")
+
+
+def payload(text: str, encoding: str) -> bytes:
+    return json.dumps({"input": text, "encoding_format": encoding}).encode()
+
+
+def hops(port: int, payloads: list[bytes], count: int = 200) -> dict:
+    """Median ms of each x-<phase>-time header over `count` requests sent one at a time (empty: none sent)."""
+    connection = http.client.HTTPConnection("127.0.0.1", port)
+    times: dict[str, list[float]] = {phase: [] for phase in PHASES}
+    for i in range(count):
+        connection.request("POST", "/v1/embeddings", payloads[i % len(payloads)], {"Content-Type": "application/json"})
+        response = connection.getresponse()
+        response.read()
+        for phase in PHASES:
+            value = response.getheader(f"x-{phase}-time")
+            if value is not None:
+                times[phase].append(float(value))
+    return {phase: statistics.median(v) for phase, v in times.items() if v}
+
+
+def measure(server: Server, workloads: dict[str, list[bytes]], clients: list[int], seconds: float) -> dict:
+    out = {}
+    for name, payloads in workloads.items():
+        for count in clients:
+            r = run_async(closed_loop(server.port, payloads, count, 1.0, seconds))
+            out[f"{name} {count} clients"] = {k: r[k] for k in ("p50", "p90", "p99", "requests_per_s")}
+    out["hops_ms"] = hops(server.port, workloads["query float"])
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--model", type=Path, required=True)
+    parser.add_argument("--system", action="append", default=[], help="NAME=PYTHONPATH (empty: this checkout)")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--http-workers", type=int, default=4)
+    parser.add_argument("--clients", default="1,4,16")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--seconds", type=float, default=3.0)
+    args = parser.parse_args()
+    queries, passages = texts_of(args.model, 64, 12), texts_of(args.model, 64, 512)
+    workloads = {"query float": [payload(t, "float") for t in queries],
+                 "query base64": [payload(t, "base64") for t in queries],
+                 "passage-512 base64": [payload(t, "base64") for t in passages]}
+    clients = [int(c) for c in args.clients.split(",")]
+    systems = dict(s.split("=", 1) for s in args.system)
+    rounds: dict[str, list[dict]] = {name: [] for name in systems}
+    for r in range(args.rounds):
+        for name, path in systems.items():
+            env = {"PYTHONPATH": os.pathsep.join(p for p in (path, os.environ.get("PYTHONPATH")) if p)}
+            command = [sys.executable, "-m", "embedpipe.cli.main", "serve", "--model", str(args.model),
+                       "--device", args.device, "--http-workers", str(args.http_workers)]
+            log = Path(f"/tmp/serve-ab-{name}-{r}.log")
+            server = Server(name, command, log, env, OURS_READY)
+            try:
+                server.wait_healthy()
+                rounds[name].append(measure(server, workloads, clients, args.seconds))
+            finally:
+                server.stop()
+            print(name, r, json.dumps(rounds[name][-1]), flush=True)
+    summary = {}
+    for name, results in rounds.items():
+        for key in results[0]:
+            if key != "hops_ms":
+                p50s = [res[key]["p50"] for res in results]
+                rates = [res[key]["requests_per_s"] for res in results]
+                summary.setdefault(key, {})[name] = {"p50_ms": statistics.median(p50s), "p50_min": min(p50s),
+                                                     "p50_max": max(p50s), "requests_per_s": statistics.median(rates)}
+    for key, by_system in summary.items():
+        print(f"{key:32s}", "  ".join(f"{n} p50 {v['p50_ms']:.2f} ms [{v['p50_min']:.2f}-{v['p50_max']:.2f}] "
+                                       f"{v['requests_per_s']:,.0f}/s" for n, v in by_system.items()))
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "serve-online-ab.json").write_text(json.dumps({"rounds": rounds, "summary": summary}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

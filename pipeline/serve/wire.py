@@ -1,0 +1,68 @@
+"""The messages between an HTTP process and the engine process (fronts.py): raw int32 token ids in, raw
+float32 vectors out, no pickling on the request path.
+
+A message is one `Connection.send_bytes()` frame (a Unix socket: `multiprocessing.Pipe`); its first byte
+says what it is:
+
+    EMBED    HTTP -> engine  <B q I>: rid, n; lengths int32 [n]; token ids int32 [sum(lengths)], end to end
+    CANCEL   HTTP -> engine  <B q>: rid
+    VECTORS  engine -> HTTP  <B q I I d d>: rid, rows, width, queue and inference seconds; float32 [rows, width]
+    PICKLED  either way      a pickled tuple: the rare messages (listening, search, metrics, errors)
+
+Decoded, every message is a tuple (kind name, ...) as fronts.py handles it; arrays are views of the frame.
+"""
+from __future__ import annotations
+
+import itertools
+import pickle
+import struct
+
+import numpy as np
+
+EMBED, CANCEL, VECTORS, PICKLED = 1, 2, 3, 4
+_EMBED = struct.Struct("<BqI")
+_CANCEL = struct.Struct("<Bq")
+_VECTORS = struct.Struct("<BqIIdd")
+
+
+def embed_message(rid: int, sequences: list) -> bytes:
+    """sequences: lists (or int arrays) of token ids."""
+    lengths = np.fromiter(map(len, sequences), np.int32, len(sequences))
+    ids = np.fromiter(itertools.chain.from_iterable(sequences), np.int32, int(lengths.sum()))
+    return b"".join((_EMBED.pack(EMBED, rid, len(sequences)), lengths.tobytes(), ids.tobytes()))
+
+
+def cancel_message(rid: int) -> bytes:
+    return _CANCEL.pack(CANCEL, rid)
+
+
+def vectors_message(rid: int, vectors: np.ndarray, times: tuple[float, float]) -> bytes:
+    """vectors [rows, width] float32; times: the job's (queue, inference) seconds."""
+    rows, width = vectors.shape
+    return _VECTORS.pack(VECTORS, rid, rows, width, *times) + np.ascontiguousarray(vectors, np.float32).tobytes()
+
+
+def pickled_message(*message) -> bytes:
+    return bytes([PICKLED]) + pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def decode(frame: bytes) -> tuple:
+    """("embed", rid, [ids int32 [length], ...]) | ("cancel", rid) | ("vectors", rid, vectors [rows, width],
+    (queue s, inference s)) | the pickled tuple."""
+    kind = frame[0]
+    if kind == EMBED:
+        _, rid, n = _EMBED.unpack_from(frame)
+        lengths = np.frombuffer(frame, np.int32, n, _EMBED.size)
+        ids = np.frombuffer(frame, np.int32, offset=_EMBED.size + 4 * n)
+        if ids.shape[0] != int(lengths.sum()):
+            raise ValueError(f"an embed message of {ids.shape[0]} token ids for lengths summing to {lengths.sum()}")
+        return "embed", rid, np.split(ids, np.cumsum(lengths[:-1]))
+    if kind == CANCEL:
+        return "cancel", _CANCEL.unpack(frame)[1]
+    if kind == VECTORS:
+        _, rid, rows, width, queue_s, inference_s = _VECTORS.unpack_from(frame)
+        vectors = np.frombuffer(frame, np.float32, rows * width, _VECTORS.size).reshape(rows, width)
+        return "vectors", rid, vectors, (queue_s, inference_s)
+    if kind == PICKLED:
+        return pickle.loads(memoryview(frame)[1:])
+    raise ValueError(f"unknown message kind {kind} from the other process")
