@@ -227,7 +227,8 @@ class EmbedServer:
         self.active += 1
         self.metrics.admitted(1)
         try:
-            return await asyncio.wait_for(self._run(request, work, times), self.config.request_timeout)
+            async with asyncio.timeout(self.config.request_timeout):  # no task of its own, as wait_for made
+                return await self._run(request, work, times)
         except asyncio.TimeoutError:
             raise ApiError(504, f"the request took longer than {self.config.request_timeout:g} s",
                            kind="timeout_error") from None

@@ -15,12 +15,15 @@ Messages (wire.py: one frame each, no pickling on the request path), HTTP proces
 ids end to end as int32, lengths), CANCEL (rid), and pickled ones: ("listening",) once its socket accepts
 connections, ("search", rid, queries, k), ("metrics", rid), ("metrics_update", *RemoteMetrics.take()) every
 FLUSH_S. Here -> HTTP process: VECTORS (rid, float32 [n, width], Job.times), or a pickled (rid, result): the hits,
-the metrics text or an exception.
+the metrics text or an exception. Requests and replies travel on two one-way pipes (link()); an HTTP process
+reads its replies on its event loop.
 """
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import itertools
+import os
 import multiprocessing
 import multiprocessing.connection
 import pickle
@@ -43,7 +46,7 @@ from embedpipe.pipeline.errors import JobFault
 from embedpipe.pipeline.serve.app import (SWITCH_INTERVAL_S, DrainingUvicorn, EmbedServer, EngineFailed, LocalBackend,
                                           ServeConfig, ServedModel, bind, create_app)
 from embedpipe.pipeline.serve import wire
-from embedpipe.pipeline.serve.scheduler import Job, SchedulerClosed, settle, settle_in_loop
+from embedpipe.pipeline.serve.scheduler import Job, SchedulerClosed, settle
 from embedpipe.pipeline.util.processes import exit_description, exit_when_parent_dies
 
 FLUSH_S = 0.02  # how often an HTTP process sends its metric updates (one message, not three per request)
@@ -58,8 +61,8 @@ class HttpProcessDied(JobFault):
 class FrontBridge:
     """Serves one HTTP process's messages on a thread of the engine process."""
 
-    def __init__(self, connection: Connection, backend: LocalBackend, searches: ThreadPoolExecutor):
-        self.connection, self.backend, self.searches = connection, backend, searches
+    def __init__(self, end: tuple[Connection, Connection], backend: LocalBackend, searches: ThreadPoolExecutor):
+        (self.requests, self.replies), self.backend, self.searches = end, backend, searches
         self.listening = threading.Event()
         self._send_lock = threading.Lock()  # replies come from the engine thread and search threads
         self._jobs_lock = threading.Lock()
@@ -70,7 +73,7 @@ class FrontBridge:
     def _run(self) -> None:
         try:
             while True:
-                message = wire.decode(self.connection.recv_bytes())
+                message = wire.decode(self.requests.recv_bytes())
                 try:
                     self._handle(*message)
                 except Exception as error:  # noqa: BLE001 - that request fails; this HTTP process goes on
@@ -135,7 +138,7 @@ class FrontBridge:
     def _send(self, frame: bytes) -> None:
         with self._send_lock:
             try:
-                self.connection.send_bytes(frame)
+                self.replies.send_bytes(frame)
             except OSError:
                 pass  # the HTTP process is gone; nobody waits for this
 
@@ -146,6 +149,22 @@ def _picklable(error: Exception) -> Exception:
         return error
     except Exception:  # noqa: BLE001 - e.g. an exception type with required arguments
         return RuntimeError(f"{type(error).__name__}: {error}")
+
+
+REPLIES_PIPE_BYTES = 1 << 20  # the engine thread writes replies without waiting for a busy HTTP process's loop
+
+
+def link(context=multiprocessing) -> tuple[tuple[Connection, Connection], tuple[Connection, Connection]]:
+    """Two one-way pipes between the engine process and one HTTP process: (the engine's end: requests in, replies
+    out), (the HTTP process's end: requests out, replies in). The replies pipe holds 1 MiB (Linux; 64 KiB by
+    default, ~40 MiniLM vectors), as the HTTP process reads it on its event loop, between requests."""
+    requests_in, requests_out = context.Pipe(duplex=False)
+    replies_in, replies_out = context.Pipe(duplex=False)
+    try:
+        fcntl.fcntl(replies_out.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), REPLIES_PIPE_BYTES)
+    except OSError:  # above the system's pipe-max-size: the default stays
+        pass
+    return (requests_in, replies_out), (requests_out, replies_in)
 
 
 def serve_with_fronts(config: ServeConfig, model: ServedModel, backend: LocalBackend,
@@ -170,12 +189,13 @@ def serve_with_fronts(config: ServeConfig, model: ServedModel, backend: LocalBac
     for number in range(config.http_workers):
         if stop.is_set():
             break
-        here, there = context.Pipe(duplex=True)
+        here, there = link(context)
         process = context.Process(target=front_main, args=(config, model, listeners[number], there),
                                   name=f"embedpipe-http-{number}")
         fronts.append(process)
         process.start()
-        there.close()
+        for connection in there:
+            connection.close()
         bridges.append(FrontBridge(here, backend, searches))  # serves on its own thread
     if stop.is_set():  # the signal came while they started: also stop one started after on_signal ran
         on_signal()
@@ -225,12 +245,12 @@ def _listen(host: str, port: int) -> socket.socket:
 # ---- an HTTP process ----
 
 class RemoteBackend:
-    """The engine process, reached over this process's socket; LocalBackend's interface."""
+    """The engine process, reached over this process's pipes (link()); LocalBackend's interface."""
 
     failure = None  # the engine process watches its engine thread and stops every HTTP process
 
-    def __init__(self, connection: Connection):
-        self.connection = connection
+    def __init__(self, end: tuple[Connection, Connection]):
+        self.requests, self.replies = end
         self.metrics = RemoteMetrics(self)
         self._send_lock = threading.Lock()  # sends come from the event loop and from pool threads
         self._ids = itertools.count()
@@ -238,8 +258,11 @@ class RemoteBackend:
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def start(self) -> None:
+        """Replies are read on the event loop as they come (a thread reading them had to wake the loop again)."""
         self._loop = asyncio.get_running_loop()
-        threading.Thread(target=self._receive, name="embedpipe-engine-replies", daemon=True).start()
+        os.set_blocking(self.replies.fileno(), False)
+        self._reader = wire.FrameReader(self.replies.fileno())
+        self._loop.add_reader(self.replies.fileno(), self._receive)
         threading.Thread(target=self._flush_metrics, name="embedpipe-metrics", daemon=True).start()
 
     def close(self) -> None:
@@ -260,13 +283,13 @@ class RemoteBackend:
 
     def _send(self, frame: bytes) -> None:
         with self._send_lock:
-            self.connection.send_bytes(frame)
+            self.requests.send_bytes(frame)
 
     async def embed(self, sequences: list[list[int]]) -> tuple[np.ndarray, tuple[float, float]]:
         """The embeddings [len(sequences), width] and the engine's (queue, inference) seconds for them."""
         rid = next(self._ids)
         future = self._loop.create_future()
-        self._waiting[rid] = partial(settle_in_loop, self._loop, future)
+        self._waiting[rid] = partial(settle, future)  # on the loop (_receive)
         try:
             self._send(wire.embed_message(rid, sequences))
             return await future
@@ -286,17 +309,22 @@ class RemoteBackend:
         return self.call("search", queries, k)
 
     def _receive(self) -> None:
+        """On the loop, once the replies pipe is readable: settles each request whose reply is complete."""
         try:
-            while True:
-                message = wire.decode(self.connection.recv_bytes())
-                if message[0] == "vectors":  # ("vectors", rid, vectors, times)
-                    rid, result = message[1], (message[2], message[3])
-                else:
-                    rid, result = message
-                answer = self._waiting.pop(rid, None)
-                if answer is not None:
-                    answer(result)
-        except (EOFError, OSError):  # the engine process is gone (this process exits with it)
+            frames = self._reader.read()
+        except OSError:
+            frames, self._reader.closed = [], True
+        for frame in frames:
+            message = wire.decode(frame)
+            if message[0] == "vectors":  # ("vectors", rid, vectors, times)
+                rid, result = message[1], (message[2], message[3])
+            else:
+                rid, result = message
+            answer = self._waiting.pop(rid, None)
+            if answer is not None:
+                answer(result)
+        if self._reader.closed:  # the engine process is gone (this process exits with it)
+            self._loop.remove_reader(self.replies.fileno())
             for answer in list(self._waiting.values()):
                 answer(SchedulerClosed("the engine process is gone"))
 
@@ -351,9 +379,10 @@ class FrontUvicorn(DrainingUvicorn):
             super().handle_exit(sig, frame)
 
 
-def front_main(config: ServeConfig, model: ServedModel, listener: socket.socket, connection: Connection) -> None:
+def front_main(config: ServeConfig, model: ServedModel, listener: socket.socket,
+               end: tuple[Connection, Connection]) -> None:
     exit_when_parent_dies()
-    server = EmbedServer(config, model, RemoteBackend(connection))
+    server = EmbedServer(config, model, RemoteBackend(end))
     uv_config = uvicorn.Config(create_app(server), access_log=False, log_level="warning",
                                timeout_graceful_shutdown=int(config.request_timeout) + 5)
     sys.setswitchinterval(SWITCH_INTERVAL_S)

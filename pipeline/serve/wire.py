@@ -9,11 +9,13 @@ says what it is:
     VECTORS  engine -> HTTP  <B q I I d d>: rid, rows, width, queue and inference seconds; float32 [rows, width]
     PICKLED  either way      a pickled tuple: the rare messages (listening, search, metrics, errors)
 
-Decoded, every message is a tuple (kind name, ...) as fronts.py handles it; arrays are views of the frame.
+Decoded, every message is a tuple (kind name, ...) as fronts.py handles it; arrays are read-only views of the
+frame. An HTTP process reads its replies on its event loop, from a non-blocking pipe (FrameReader).
 """
 from __future__ import annotations
 
 import itertools
+import os
 import pickle
 import struct
 
@@ -66,3 +68,42 @@ def decode(frame: bytes) -> tuple:
     if kind == PICKLED:
         return pickle.loads(memoryview(frame)[1:])
     raise ValueError(f"unknown message kind {kind} from the other process")
+
+
+READ_BYTES = 1 << 20
+_SIZE, _LARGE_SIZE = struct.Struct("!i"), struct.Struct("!Q")  # multiprocessing's frame header (-1, then 8 bytes)
+
+
+class FrameReader:
+    """The frames `Connection.send_bytes` wrote, read from a non-blocking file descriptor as the bytes come:
+    `read()` returns the frames completed so far (none when a frame is still arriving); `closed` once the writer
+    is gone."""
+
+    def __init__(self, fd: int):
+        self.fd, self.closed = fd, False
+        self._buffer = bytearray()
+
+    def read(self) -> list[bytes]:
+        while not self.closed:
+            try:
+                chunk = os.read(self.fd, READ_BYTES)
+            except BlockingIOError:
+                break
+            self._buffer += chunk
+            self.closed = not chunk
+        return self._frames()
+
+    def _frames(self) -> list[bytes]:
+        frames, buffer, start = [], self._buffer, 0
+        while len(buffer) - start >= _SIZE.size:
+            size, header = _SIZE.unpack_from(buffer, start)[0], _SIZE.size
+            if size == -1:
+                if len(buffer) - start < _SIZE.size + _LARGE_SIZE.size:
+                    break
+                size, header = _LARGE_SIZE.unpack_from(buffer, start + _SIZE.size)[0], _SIZE.size + _LARGE_SIZE.size
+            if len(buffer) - start - header < size:
+                break
+            frames.append(bytes(buffer[start + header:start + header + size]))
+            start += header + size
+        del buffer[:start]
+        return frames

@@ -1,6 +1,5 @@
-"""The link between an HTTP process and the engine process (serve/fronts.py), in one process over a real socket pair."""
+"""The link between an HTTP process and the engine process (serve/fronts.py), in one process over its real pipes."""
 import asyncio
-import multiprocessing
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -11,7 +10,7 @@ from support.numerics import cosine
 from embedpipe.pipeline.batching.batcher import BatcherConfig
 from embedpipe.pipeline.batching.embed import embed_token_ids
 from embedpipe.pipeline.serve.app import LocalBackend
-from embedpipe.pipeline.serve.fronts import FrontBridge, RemoteBackend
+from embedpipe.pipeline.serve.fronts import FrontBridge, RemoteBackend, link
 from support.serve_client import GatedEngine
 
 FAIL_TOKEN = 2999
@@ -23,12 +22,13 @@ def linked(minilm):
     engine = GatedEngine(minilm, fail_token=FAIL_TOKEN)
     local = LocalBackend(engine, None, BatcherConfig(max_batch_tokens=512, max_batch_seqs=16))
     local.start()
-    here, there = multiprocessing.Pipe(duplex=True)
+    here, there = link()
     searches = ThreadPoolExecutor(1)
     bridge = FrontBridge(here, local, searches)
     yield engine, bridge, RemoteBackend(there)
     engine.gate.set()
-    there.close()
+    for connection in there:
+        connection.close()
     bridge.thread.join(10)
     local.close()
     searches.shutdown()

@@ -1,5 +1,7 @@
 """The binary messages between HTTP processes and the engine process (serve/wire.py), over a real Pipe."""
 import multiprocessing
+import os
+import threading
 
 import numpy as np
 import pytest
@@ -41,3 +43,34 @@ def test_a_short_or_unknown_frame_is_refused():
         wire.decode(frame[:-4])
     with pytest.raises(ValueError, match="unknown message kind"):
         wire.decode(b"\x09")
+
+
+def test_the_frame_reader_returns_whole_frames_as_their_bytes_arrive():
+    """Frames written by Connection.send_bytes, read from a non-blocking pipe a few bytes at a time."""
+    read_end, write_end = os.pipe()
+    os.set_blocking(read_end, False)
+    frames = [wire.vectors_message(i, np.full((2, 3), i, np.float32), (0.0, 0.0)) for i in range(3)]
+    stream = b"".join(len(f).to_bytes(4, "big") + f for f in frames)
+    reader, got = wire.FrameReader(read_end), []
+    assert reader.read() == [] and not reader.closed  # nothing written yet
+    for start in range(0, len(stream), 7):
+        os.write(write_end, stream[start:start + 7])
+        got += reader.read()
+    assert got == frames and not reader.closed
+    os.close(write_end)
+    assert reader.read() == [] and reader.closed
+    os.close(read_end)
+
+
+def test_the_frame_reader_reads_what_a_connection_sends():
+    reader_end, writer_end = multiprocessing.Pipe(duplex=False)
+    os.set_blocking(reader_end.fileno(), False)
+    big = np.zeros((300, 1024), np.float32)  # larger than one read of a pipe's buffer
+    reader, got = wire.FrameReader(reader_end.fileno()), []
+    sender = threading.Thread(target=lambda: [writer_end.send_bytes(wire.vectors_message(i, big, (0.0, 0.0)))
+                                              for i in range(2)])
+    sender.start()
+    while len(got) < 2:
+        got += reader.read()
+    sender.join()
+    assert [wire.decode(f)[1] for f in got] == [0, 1] and wire.decode(got[1])[2].shape == (300, 1024)
