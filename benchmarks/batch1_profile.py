@@ -1,7 +1,7 @@
 """Batch-1 latency, taken apart (GPU): host time per step, device time per kernel class, and each
-projection's GEMM under cuBLAS, cuBLASLt and the skinny Triton GEMM (kernels/cuda/skinny_gemm.py).
+projection's GEMM under cuBLAS, cuBLASLt and a skinny Triton GEMM (skinny_gemm.py).
 
-    python benchmarks/batch1_profile.py --out DIR [--models minilm-l6,bert-base,qwen3-0.6b] [--gemm-only]
+    python benchmarks/batch1_profile.py --out DIR [--models minilm-l6,bert-base,qwen3-0.6b] [--attention auto]
 
 Writes DIR/batch1-profile.json and prints a table per model as it goes.
 """
@@ -158,7 +158,7 @@ def graphed_ms(fn, reps: int = 20, iters: int = 50) -> float:
 
 
 def gemm_table(shapes: dict, ms: tuple[int, ...]) -> list[dict]:
-    from embedpipe.kernels.cuda.skinny_gemm import SkinnyConfig, skinny_linear
+    from skinny_gemm import SkinnyConfig, skinny_linear
     rows = []
     for (name, (n, k, has_bias)), m in itertools.product(shapes.items(), ms):
         x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)

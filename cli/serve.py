@@ -57,7 +57,7 @@ def serve(model: str = MODEL,
     from embedpipe.cli.commands import USER_ERRORS, fail
     from embedpipe.pipeline.errors import JobFault
     try:
-        from embedpipe.pipeline.serve.app import ServeConfig
+        from embedpipe.pipeline.serve.config import ServeConfig
         from embedpipe.pipeline.serve.launch import run_server
     except ImportError as e:
         fail(f"{e.name} is missing; install the server extra: pip install 'embedpipe[serve]'")

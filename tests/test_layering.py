@@ -38,7 +38,7 @@ RULES: dict[str, tuple[list[str], set[str]]] = {
     f"{P}.scale": ([f"{P}.scale", f"{P}.index", f"{P}.config", f"{P}.batching", f"{P}.text", f"{P}.inputs",
                     f"{P}.output", f"{P}.util", K, *GROUND], {"numpy", "pyarrow", "torch", "ray"}),
     f"{P}.serve": ([f"{P}.serve", f"{P}.config", f"{P}.batching", f"{P}.text", f"{P}.output", f"{P}.util", K,
-                    *GROUND], {"numpy", "torch", "starlette", "uvicorn", "prometheus_client", "pyarrow"}),
+                    *GROUND], {"numpy", "torch", "starlette", "uvicorn", "prometheus_client", "orjson", "pyarrow"}),
     f"{P}.verify": ([f"{P}.verify", f"{P}.inputs", f"{P}.output", f"{K}.output_dtypes", *GROUND],
                     {"numpy", "pyarrow", "faiss"}),
     f"{P}.api": ([P, K], {"numpy"}),

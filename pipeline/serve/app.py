@@ -19,16 +19,11 @@ the one engine process.
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Callable
 
 import numpy as np
-import uvicorn
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -36,13 +31,12 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from embedpipe.kernels.engine import Engine, EngineConfig
-from embedpipe.kernels.models.model_folder import ModelFolder
+from embedpipe.kernels.engine import Engine
 from embedpipe.kernels.output_dtypes import output_dtype
-from embedpipe.kernels.pooling import OutputSpec
 from embedpipe.pipeline.batching.batcher import BatcherConfig
-from embedpipe.pipeline.errors import JobFault, UserError
+from embedpipe.pipeline.errors import JobFault
 from embedpipe.pipeline.serve.auth import BearerAuth
+from embedpipe.pipeline.serve.config import ServeConfig, ServedModel, default_max_body_bytes
 from embedpipe.pipeline.serve.query import query_prompt_name
 from embedpipe.pipeline.serve.metrics import Metrics
 from embedpipe.pipeline.serve.protocol import (ApiError, Limits, check_lengths, dumps, embeddings_response,
@@ -55,10 +49,6 @@ from embedpipe.pipeline.text.tokenizer import TextTokenizer
 
 JSON = "application/json"
 OFF_LOOP_VALUES = 1 << 16  # responses with more floats than this are encoded on the thread pool
-SWITCH_INTERVAL_S = 5e-4
-# the default --max-body-bytes: max_inputs texts of max_input_tokens tokens at this many bytes each (English
-# takes ~5, JSON-escaped CJK ~9), between 1 MiB and 64 MiB
-BODY_BYTES_PER_TOKEN = 16
 TOKENIZE_CHUNK_CHARS = 1 << 18  # a request's texts are tokenised in pool tasks of about this many characters
 INLINE_TOKENIZE_CHARS = 256  # one text up to this long is tokenised on the event loop (MiniLM's: ~115 us at most)
 CLIENT_CLOSED = 499  # the status counted for a request whose client went away (nginx's)
@@ -70,71 +60,6 @@ class ClientGone(Exception):
 
 class EngineFailed(JobFault):
     """The engine thread stopped on an unexpected error: its requests got 503 and the server stopped."""
-
-
-@dataclass(frozen=True)
-class ServeConfig:
-    engine: EngineConfig = field(default_factory=EngineConfig)
-    index: Path | None = None  # an index folder (index.faiss, index.json, index_ids.parquet)
-    nprobe: int | None = None  # the index's search parameters; None: those written into it
-    ef_search: int | None = None
-    host: str = "127.0.0.1"
-    port: int = 8080
-    max_inputs: int = 2048  # inputs per request (OpenAI's limit)
-    max_input_tokens: int | None = None  # None: the model's max_seq_length
-    truncate: bool = True  # default for requests that do not say: cut long inputs, or reject them
-    max_queue: int = 512  # requests admitted and not yet answered; more get 429
-    request_timeout: float = 30.0  # seconds from arrival; then 504
-    batching: BatcherConfig = field(default_factory=BatcherConfig)
-    tokenizer_threads: int = 4  # per HTTP process
-    http_workers: int = 1  # HTTP processes; 1: the HTTP server runs in the engine process
-    max_in_flight: int = MAX_IN_FLIGHT  # engine batches queued on the device at once
-    max_body_bytes: int | None = None  # larger request bodies get 413; None: default_max_body_bytes
-    # every route but GET /health wants `Authorization: Bearer <api_key>`; None: open. Kept out of the repr
-    api_key: str | None = field(default=None, repr=False)
-    served_model_names: tuple[str, ...] = ()  # names the model answers to besides its own; the first is echoed
-
-    def __post_init__(self):
-        for name in ("max_inputs", "max_queue", "tokenizer_threads", "http_workers", "max_in_flight"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
-        if not 0 <= self.port <= 65535:  # a larger one listened on port % 65536 while announcing this one
-            raise ValueError(f"port must be between 0 and 65535, not {self.port}")
-        if self.max_input_tokens is not None and self.max_input_tokens < 1:
-            raise ValueError(f"max_input_tokens must be at least 1, not {self.max_input_tokens}")
-        if self.max_body_bytes is not None and self.max_body_bytes < 1:
-            raise ValueError(f"max_body_bytes must be at least 1, not {self.max_body_bytes}")
-        if self.request_timeout <= 0:
-            raise ValueError(f"request_timeout must be positive, not {self.request_timeout}")
-        if self.engine.output_dtype != "float32":
-            raise ValueError("the server returns float32 embeddings; leave the engine's output dtype at float32")
-        if self.api_key is not None and not _is_token(self.api_key):  # a key a client could never send
-            raise ValueError("the API key (--api-key or EMBEDPIPE_API_KEY) must be a non-empty string of printable "
-                             "ASCII without spaces")
-        if not all(self.served_model_names):
-            raise ValueError("a served model name (--served-model-name) must not be empty")
-
-
-def _is_token(key: str) -> bool:
-    return bool(key) and key.isascii() and key.isprintable() and " " not in key
-
-
-@dataclass(frozen=True)
-class ServedModel:
-    """What the HTTP side knows of the engine and the index (picklable: HTTP processes get a copy)."""
-
-    name: str  # the model's own (--model)
-    folder: ModelFolder
-    output: OutputSpec
-    index_meta: dict | None  # None: no index
-    names: tuple[str, ...]  # every name requests may ask for: --served-model-name's, then the model's own
-    dtype: str  # the engine's weights and activations: "float32", "bfloat16", ...
-
-    @classmethod
-    def of(cls, config: ServeConfig, engine: Engine, index=None) -> ServedModel:
-        names = tuple(dict.fromkeys((*config.served_model_names, config.engine.model)))
-        return cls(config.engine.model, engine.folder, engine.output, None if index is None else index.meta, names,
-                   str(engine.dtype).removeprefix("torch."))
 
 
 class LocalBackend:
@@ -424,25 +349,6 @@ def chunks_of_chars(texts: list[str], chunk_chars: int, max_text_chars: int):
         yield texts[start:]
 
 
-def bind(host: str, port: int, share_port: bool = False) -> socket.socket:
-    """A socket bound to host:port, or a one-line UserError. share_port (SO_REUSEPORT): the HTTP processes of
-    --http-workers each bind one; without it a second server on the port fails instead of sharing it."""
-    listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    if share_port:
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    try:
-        listener.bind((host, port))
-    except OSError as error:
-        listener.close()
-        raise UserError(f"cannot listen on {host}:{port}: {error.strerror or error}") from error
-    return listener
-
-
-def default_max_body_bytes(max_inputs: int, max_input_tokens: int) -> int:
-    return min(max(max_inputs * max_input_tokens * BODY_BYTES_PER_TOKEN, 1 << 20), 64 << 20)
-
-
 def create_app(server: EmbedServer) -> Starlette:
     async def embeddings(request: Request) -> Response:
         return await server.handle("embeddings", request, server.embeddings)
@@ -487,35 +393,3 @@ def index_queries(vectors: np.ndarray, meta: dict, normalize: bool) -> np.ndarra
     """Query embeddings [q, dim] in the index's form: shortened to its dimension, quantised like its vectors."""
     vectors = shorten(vectors, meta["dimension"], normalize)  # binary: dimension counts bits
     return output_dtype(meta["dtype"]).quantise(vectors)
-
-
-class DrainingUvicorn(uvicorn.Server):
-    """uvicorn, calling `on_listening` once its sockets accept connections. A shutdown signal starts a drain: new
-    requests get 503 (not a refused or reset connection) while admitted ones finish, up to the request timeout;
-    then uvicorn shuts down. A second signal shuts down at once. A failed engine thread shuts the server down."""
-
-    def __init__(self, config: uvicorn.Config, server: EmbedServer, on_listening: Callable[[], None]):
-        super().__init__(config)
-        self.app_server, self.on_listening = server, on_listening
-        self.drain_started: float | None = None
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets)
-        if self.started:
-            self.on_listening()
-
-    def handle_exit(self, sig, frame) -> None:
-        if self.drain_started is not None:
-            super().handle_exit(sig, frame)
-            return
-        self.app_server.draining = True
-        self.drain_started = time.monotonic()
-
-    async def on_tick(self, counter: int) -> bool:  # every 0.1 s
-        server = self.app_server
-        if server.backend.failure is not None:
-            self.should_exit = True
-        elif self.drain_started is not None and (
-                server.active == 0 or time.monotonic() - self.drain_started > server.config.request_timeout):
-            self.should_exit = True
-        return await super().on_tick(counter)

@@ -43,9 +43,10 @@ import uvicorn
 
 from embedpipe.pipeline.config import ConfigError
 from embedpipe.pipeline.errors import JobFault
-from embedpipe.pipeline.serve.app import (SWITCH_INTERVAL_S, DrainingUvicorn, EmbedServer, EngineFailed, LocalBackend,
-                                          ServeConfig, ServedModel, bind, create_app)
 from embedpipe.pipeline.serve import wire
+from embedpipe.pipeline.serve.app import EmbedServer, EngineFailed, LocalBackend, create_app
+from embedpipe.pipeline.serve.config import ServeConfig, ServedModel
+from embedpipe.pipeline.serve.listen import SWITCH_INTERVAL_S, DrainingUvicorn, bind
 from embedpipe.pipeline.serve.scheduler import Job, SchedulerClosed, settle
 from embedpipe.pipeline.util.processes import exit_description, exit_when_parent_dies
 

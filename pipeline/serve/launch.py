@@ -15,8 +15,9 @@ from embedpipe.kernels.models.model_folder import ModelLoadError
 from embedpipe.pipeline.batching.batcher import BatcherConfig
 from embedpipe.pipeline.batching.embed import embed_token_ids
 from embedpipe.pipeline.errors import UserError
-from embedpipe.pipeline.serve.app import (SWITCH_INTERVAL_S, DrainingUvicorn, EmbedServer, EngineFailed, ServeConfig,
-                                          bind, create_app, local_server)
+from embedpipe.pipeline.serve.app import EmbedServer, EngineFailed, create_app, local_server
+from embedpipe.pipeline.serve.config import ServeConfig
+from embedpipe.pipeline.serve.listen import SWITCH_INTERVAL_S, DrainingUvicorn, bind
 from embedpipe.pipeline.serve.fronts import serve_with_fronts
 from embedpipe.pipeline.serve.query import load_index as read_index
 

@@ -6,7 +6,8 @@ import pickle
 import httpx
 import pytest
 
-from embedpipe.pipeline.serve.app import ServeConfig, create_app, local_server
+from embedpipe.pipeline.serve.app import create_app, local_server
+from embedpipe.pipeline.serve.config import ServeConfig
 from support.serve_client import InProcessServer
 
 KEY = "sk-embedpipe-test-0123456789"

@@ -13,7 +13,8 @@ from embedpipe.kernels.models.model_folder import builtin_models
 from embedpipe.pipeline.batching.embed import embed_texts
 from embedpipe.pipeline.text.tokenizer import make_tokenizer
 from embedpipe.pipeline.batching.batcher import BatcherConfig
-from embedpipe.pipeline.serve.app import CLIENT_CLOSED, EmbedServer, ServeConfig, local_server
+from embedpipe.pipeline.serve.app import CLIENT_CLOSED, EmbedServer, local_server
+from embedpipe.pipeline.serve.config import ServeConfig
 from embedpipe.pipeline.serve.launch import load_index
 from embedpipe.pipeline.serve.protocol import shorten
 from support.serve_client import GatedEngine, InProcessServer, embed, metric, vectors, write_index
@@ -117,7 +118,7 @@ def test_a_body_over_max_body_bytes_gets_413_before_it_is_read_and_the_server_go
 
 
 def test_the_default_body_limit_holds_max_inputs_texts_of_max_tokens():
-    from embedpipe.pipeline.serve.app import default_max_body_bytes
+    from embedpipe.pipeline.serve.config import default_max_body_bytes
     assert default_max_body_bytes(2048, 256) == 2048 * 256 * 16  # 8 MiB: all-MiniLM-L6-v2's largest request
     assert default_max_body_bytes(1, 8) == 1 << 20 and default_max_body_bytes(2048, 32768) == 64 << 20
 

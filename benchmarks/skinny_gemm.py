@@ -1,11 +1,11 @@
-"""A Triton GEMM for few rows: out [M, N] = x [M, K] @ weight [N, K]^T (+ bias), M <= 128.
+"""A Triton GEMM for few rows, measured against cuBLAS by batch1_profile.py: out [M, N] = x [M, K] @ weight [N, K]^T
+(+ bias), M <= 128. Not in the engine: on the H200 (2026-12-01, in CUDA graphs) it was slower than cuBLAS at
+M = 128 and at most ~19% faster at M = 64 (the down projection, K = 3072, split-K), less than the second kernel
+its split-K needs would leave in a model.
 
-At batch 1 (64-128 padded tokens) a projection reads its whole weight to make a few rows, so its time is the
-weight's bytes over the bandwidth it reaches. cuBLAS tiles such shapes into few blocks (N / 128 of them for
-BERT-base's 768 outputs), which leaves most of the H200's 132 SMs idle. Here each program makes a
-[BLOCK_M, BLOCK_N] tile from a 1 / split_k slice of K: enough programs to keep every SM loading. With
-split_k > 1 the slices' float32 partials land in a workspace [split_k, M, N] and a second kernel sums them in
-a fixed order (deterministic: no atomics) and adds the bias.
+Each program makes a [BLOCK_M, BLOCK_N] tile from a 1 / split_k slice of K. With split_k > 1 the slices'
+float32 partials land in a workspace [split_k, M, N] and a second kernel sums them in a fixed order
+(deterministic: no atomics) and adds the bias.
 """
 from __future__ import annotations
 
