@@ -6,7 +6,7 @@
 A system is a name and a PYTHONPATH entry put first (empty: this checkout). Per server: closed-loop clients
 (suite 4's, one keep-alive connection each) send one text per request: a short query (~12 tokens) as JSON
 floats and as base64, and a 512-token passage as base64; p50 / p90 / p99 and requests/s per client count.
-Then 200 queries one at a time read the x-*-time headers, where the build sends them: the time of each hop.
+Then 200 requests of the first workload, one at a time, read the x-*-time headers, where the build sends them: the time of each hop.
 Writes DIR/serve-online-ab.json and prints a table.
 """
 from __future__ import annotations
@@ -50,7 +50,7 @@ def measure(server: Server, workloads: dict[str, list[bytes]], clients: list[int
         for count in clients:
             r = run_async(closed_loop(server.port, payloads, count, 1.0, seconds))
             out[f"{name} {count} clients"] = {k: r[k] for k in ("p50", "p90", "p99", "requests_per_s")}
-    out["hops_ms"] = hops(server.port, workloads["query float"])
+    out["hops_ms"] = hops(server.port, next(iter(workloads.values())))
     return out
 
 
@@ -64,11 +64,13 @@ def main():
     parser.add_argument("--clients", default="1,4,16")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--workloads", default="query float,query base64,passage-512 base64")
     args = parser.parse_args()
     queries, passages = texts_of(args.model, 64, 12), texts_of(args.model, 64, 512)
     workloads = {"query float": [payload(t, "float") for t in queries],
                  "query base64": [payload(t, "base64") for t in queries],
                  "passage-512 base64": [payload(t, "base64") for t in passages]}
+    workloads = {name: workloads[name] for name in args.workloads.split(",")}
     clients = [int(c) for c in args.clients.split(",")]
     systems = dict(s.split("=", 1) for s in args.system)
     rounds: dict[str, list[dict]] = {name: [] for name in systems}

@@ -1,0 +1,59 @@
+"""Markdown tables from the A/B results files (latency_ab.py, serve_online_ab.py, batch1_profile.py's phases).
+
+    python benchmarks/ab_report.py RESULTS_DIR > RESULTS_DIR/tables.md
+
+Every latency-ab.json, serve-online-ab.json and phases.json under RESULTS_DIR becomes one table, titled by its
+folder; nothing is typed by hand.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def latency_table(data: dict) -> list[str]:
+    systems = list(data["rounds"])
+    lines = ["| model, batch | " + " | ".join(f"{s} p50 ms (min-max of rounds)" for s in systems) + " | after / before |",
+             "|---|" + "---|" * (len(systems) + 1)]
+    for key, by_system in data["summary"].items():
+        cells = [f"{v['median_ms']:.3f} ({v['min_ms']:.3f}-{v['max_ms']:.3f})" for v in by_system.values()]
+        ratio = by_system[systems[-1]]["median_ms"] / by_system[systems[0]]["median_ms"] if len(systems) > 1 else 1.0
+        lines.append(f"| {key} | " + " | ".join(cells) + f" | {ratio:.2f} |")
+    return lines + [f"\n{len(next(iter(data['rounds'].values())))} rounds, alternating, each a fresh process."]
+
+
+def serve_table(data: dict) -> list[str]:
+    systems = list(data["rounds"])
+    lines = ["| workload, clients | " + " | ".join(f"{s} p50 ms (min-max) | {s} req/s" for s in systems) + " |",
+             "|---|" + "---|---|" * len(systems)]
+    for key, by_system in data["summary"].items():
+        cells = [f"{v['p50_ms']:.2f} ({v['p50_min']:.2f}-{v['p50_max']:.2f}) | {v['requests_per_s']:,.0f}"
+                 for v in by_system.values()]
+        lines.append(f"| {key} | " + " | ".join(cells) + " |")
+    hops = [r["hops_ms"] for results in data["rounds"].values() for r in results if r.get("hops_ms")]
+    if hops:
+        phases = list(hops[0])
+        lines += ["", "Server-side time per hop, ms (x-*-time headers, median of 200 sequential requests, per round):", "",
+                  "| round | " + " | ".join(phases) + " |", "|---|" + "---|" * len(phases)]
+        lines += [f"| {i} | " + " | ".join(f"{h[p]:.3f}" for p in phases) + " |" for i, h in enumerate(hops)]
+    return lines + [f"\n{len(next(iter(data['rounds'].values())))} round(s) per system, alternating; a fresh server "
+                    "process each."]
+
+
+def main():
+    root = Path(sys.argv[1])
+    for path in sorted(root.rglob("*.json")):
+        data = json.loads(path.read_text())
+        if path.name == "latency-ab.json":
+            lines = latency_table(data)
+        elif path.name == "serve-online-ab.json":
+            lines = serve_table(data)
+        else:
+            continue
+        print(f"### {path.relative_to(root).parent} / {path.name}\n")
+        print("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
