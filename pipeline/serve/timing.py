@@ -15,7 +15,7 @@ class RequestTimes:
     admission, the hops between threads and processes)."""
 
     parse: float = 0.0  # the body's JSON to a checked request
-    tokenize: float = 0.0  # texts to token ids on the pool (token-id inputs: cut to the limit)
+    tokenize: float = 0.0  # texts to token ids (token-id inputs: cut to the limit)
     queue: float = 0.0  # submitted to the engine until its first batch was launched
     inference: float = 0.0  # that launch until its last row was back
     encode: float = 0.0  # vectors to the response's bytes (Matryoshka shortening included)
