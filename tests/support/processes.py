@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -40,9 +41,18 @@ def run_fast(*args, timeout: float = 300, command: str = "index") -> subprocess.
 
 def start_index(*args, command: str = "index") -> psutil.Popen:
     """`embedpipe index ARGS` (or another command) in a session of its own, so a signal to its process group
-    reaches no test."""
-    return psutil.Popen(index_command(*args, command=command), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                        text=True, start_new_session=True, env=FAST_ENV)
+    reaches no test. It gets Ctrl-C as a terminal's foreground job does, however the tests were started: run
+    from a script's background (`cmd &`), this process ignores SIGINT, and a child inherits an ignored signal,
+    so the job would run on through the Ctrl-C a test sends it."""
+    ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    if ignored:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+    try:
+        return psutil.Popen(index_command(*args, command=command), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True, env=FAST_ENV)
+    finally:
+        if ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def num_records(output: Path) -> int:
