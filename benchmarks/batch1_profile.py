@@ -20,7 +20,7 @@ import torch.nn.functional as F
 import triton
 from torch.profiler import ProfilerActivity, profile
 
-from common import environment, model_folder, percentiles, random_sequences
+from common import cuda_ms, environment, model_folder, percentiles, random_sequences
 from embedpipe.kernels.batch import BucketPolicy, pack
 from embedpipe.kernels.engine import Engine, EngineConfig
 from embedpipe.kernels.graph_cache import GraphConfig
@@ -51,18 +51,6 @@ def device_profile(engine: Engine, batch) -> dict:
             "kernels": sorted(kernels, reverse=True)[:25]}
 
 
-def replay_ms(graph: torch.cuda.CUDAGraph, iters: int = 200) -> float:
-    for _ in range(5):
-        graph.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / iters
-
-
 @torch.inference_mode()  # as Engine.step: FlashInfer's plan writes the engine's (inference) buffers
 def host_times(engine: Engine, batch, iters: int = 300) -> dict:
     """p50 ms of: step() until it returns, step() + result(), and the host pieces of a replayed step."""
@@ -87,7 +75,7 @@ def host_times(engine: Engine, batch, iters: int = 300) -> dict:
     pieces["graph_replay_launch"] = _p50(graph.replay)
     torch.cuda.synchronize()
     return {"step_returns_ms": percentiles(launch), "step_and_result_ms": percentiles(total),
-            "host_piece_p50_ms": pieces, "device_replay_ms": replay_ms(graph),
+            "host_piece_p50_ms": pieces, "device_replay_ms": cuda_ms(graph.replay, 200),
             "step_phase_p50_ms": phase_times(engine, batch)}
 
 
@@ -154,7 +142,7 @@ def graphed_ms(fn, reps: int = 20, iters: int = 50) -> float:
     with torch.cuda.graph(graph):
         for _ in range(reps):
             fn()
-    return replay_ms(graph, iters) / reps
+    return cuda_ms(graph.replay, iters) / reps
 
 
 def gemm_table(shapes: dict, ms: tuple[int, ...]) -> list[dict]:

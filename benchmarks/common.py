@@ -7,6 +7,7 @@ the same HTTP stack: transformers (AutoModel, SDPA, padded batches) and sentence
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -105,6 +106,16 @@ def cuda_ms(fn, iters: int) -> float:
     end.record()
     torch.cuda.synchronize()
     return start.elapsed_time(end) / iters
+
+
+def ab_systems(specs: list[str]) -> dict[str, str]:
+    """--system NAME=SITE options (SITE empty: this checkout) -> {NAME: the PYTHONPATH its processes run with,
+    SITE first}: A/B runs of two builds (latency_ab.py, serve_online_ab.py)."""
+    systems = {}
+    for spec in specs:
+        name, site = spec.split("=", 1)
+        systems[name] = os.pathsep.join(p for p in (site, os.environ.get("PYTHONPATH")) if p)
+    return systems
 
 
 def linear_params(folder: Path) -> int:

@@ -26,6 +26,7 @@ def worker(folders: dict[str, str], lengths: list[int], attention: str) -> dict:
     import numpy as np
     import torch
 
+    from common import random_sequences, time_calls
     from embedpipe.kernels.batch import BucketPolicy, pack
     from embedpipe.kernels.engine import Engine, EngineConfig
 
@@ -40,17 +41,11 @@ def worker(folders: dict[str, str], lengths: list[int], attention: str) -> dict:
     for name, folder in folders.items():
         engine = Engine(EngineConfig(model=folder, device="cuda", attention=attention))
         for length in lengths:
-            ids = np.random.default_rng(0).integers(1000, 30000, size=length).tolist()
-            batch = pack([ids], BucketPolicy())
-            for _ in range(30):  # eager, capture, then replays
-                engine.step(batch).result()
-            samples = []
-            for _ in range(300):
-                t0 = time.perf_counter()
-                engine.step(batch).result()
-                samples.append((time.perf_counter() - t0) * 1e3)
+            batch = pack(random_sequences(np.random.default_rng(0), 1, length), BucketPolicy())
+            # 30 untimed: eager, capture, then replays
+            samples = time_calls(lambda: engine.step(batch).result(), iters=300, warmup=30)
             out[f"{name} 1x{length}"] = statistics.median(samples)
-        del engine
+        engine = None  # its graphs and buffers go before the next model loads
         torch.cuda.empty_cache()
     return out
 
@@ -72,16 +67,16 @@ def main():
         return
     import torch
 
-    from common import model_folder
+    from common import ab_systems, model_folder
     with torch.device("cuda"):  # random weights made on the device: seconds
         folders = {name: str(model_folder(name, args.cache)) for name in args.models.split(",")}
     spec = json.dumps({"folders": folders, "lengths": [int(n) for n in args.lengths.split(",")],
                        "attention": args.attention})
-    systems = dict(s.split("=", 1) for s in args.system)
+    systems = ab_systems(args.system)
     rounds: dict[str, list[dict]] = {name: [] for name in systems}
     for r in range(args.rounds):
-        for name, path in systems.items():
-            env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (path, os.environ.get("PYTHONPATH")) if p)}
+        for name, pythonpath in systems.items():
+            env = {**os.environ, "PYTHONPATH": pythonpath}
             done = subprocess.run([sys.executable, __file__, "--worker", spec], env=env, cwd=HERE,
                                   capture_output=True, text=True)
             if done.returncode:

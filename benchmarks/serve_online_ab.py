@@ -14,11 +14,11 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import os
 import statistics
 import sys
 from pathlib import Path
 
+from common import ab_systems
 from suite_http import OURS_READY, Server, closed_loop, run_async
 from workloads import texts_of
 
@@ -72,11 +72,11 @@ def main():
                  "passage-512 base64": [payload(t, "base64") for t in passages]}
     workloads = {name: workloads[name] for name in args.workloads.split(",")}
     clients = [int(c) for c in args.clients.split(",")]
-    systems = dict(s.split("=", 1) for s in args.system)
+    systems = ab_systems(args.system)
     rounds: dict[str, list[dict]] = {name: [] for name in systems}
     for r in range(args.rounds):
-        for name, path in systems.items():
-            env = {"PYTHONPATH": os.pathsep.join(p for p in (path, os.environ.get("PYTHONPATH")) if p)}
+        for name, pythonpath in systems.items():
+            env = {"PYTHONPATH": pythonpath}
             command = [sys.executable, "-m", "embedpipe.cli.main", "serve", "--model", str(args.model),
                        "--device", args.device, "--http-workers", str(args.http_workers)]
             log = Path(f"/tmp/serve-ab-{name}-{r}.log")
