@@ -8,6 +8,17 @@ import triton.language as tl
 
 
 @triton.jit
+def _store_layer_norm(x, W, B, Out, cols, mask, N, eps):
+    """One row: LayerNorm(x) (x float32 [BLOCK], zero past N) with weight and bias, stored to Out's row."""
+    mean = tl.sum(x, axis=0) / N
+    centered = tl.where(mask, x - mean, 0.0)
+    rstd = 1.0 / tl.sqrt(tl.sum(centered * centered, axis=0) / N + eps)
+    w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(B + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(Out + cols, (centered * rstd * w + b).to(Out.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def _add_layer_norm_kernel(X, R, W, B, Out, stride_x, stride_r, N, eps,
                            HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0)
@@ -17,12 +28,7 @@ def _add_layer_norm_kernel(X, R, W, B, Out, stride_x, stride_r, N, eps,
     if HAS_RESIDUAL:
         x += tl.load(R + row * stride_r + cols, mask=mask, other=0.0).to(tl.float32)
         x = x.to(Out.dtype.element_ty).to(tl.float32)  # the reference adds in the activation dtype
-    mean = tl.sum(x, axis=0) / N
-    centered = tl.where(mask, x - mean, 0.0)
-    rstd = 1.0 / tl.sqrt(tl.sum(centered * centered, axis=0) / N + eps)
-    w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
-    b = tl.load(B + cols, mask=mask, other=0.0).to(tl.float32)
-    tl.store(Out + row * N + cols, (centered * rstd * w + b).to(Out.dtype.element_ty), mask=mask)
+    _store_layer_norm(x, W, B, Out + row * N, cols, mask, N, eps)
 
 
 @triton.jit
@@ -38,12 +44,7 @@ def _embed_layer_norm_kernel(Ids, Pos, Types, Word, Position, TokenType, W, B, O
     token_type = tl.load(TokenType + type_row * N + cols, mask=mask, other=0.0).to(tl.float32)
     position = tl.load(Position + tl.load(Pos + row).to(tl.int64) * N + cols, mask=mask, other=0.0).to(tl.float32)
     x = ((word + token_type).to(dtype).to(tl.float32) + position).to(dtype).to(tl.float32)
-    mean = tl.sum(x, axis=0) / N
-    centered = tl.where(mask, x - mean, 0.0)
-    rstd = 1.0 / tl.sqrt(tl.sum(centered * centered, axis=0) / N + eps)
-    w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
-    b = tl.load(B + cols, mask=mask, other=0.0).to(tl.float32)
-    tl.store(Out + row * N + cols, (centered * rstd * w + b).to(dtype), mask=mask)
+    _store_layer_norm(x, W, B, Out + row * N, cols, mask, N, eps)
 
 
 @triton.jit

@@ -175,8 +175,13 @@ def _truncate(payload: dict, limits: Limits) -> bool:
 def optional_str(payload: dict, name: str) -> str | None:
     value = payload.get(name)
     if value is not None and not isinstance(value, str):
-        raise ApiError(400, f"{name} must be a string, not {json.dumps(value)[:MAX_ECHOED_CHARS]}", name)
+        raise ApiError(400, f"{name} must be a string, not {quoted(value)}", name)
     return value
+
+
+def quoted(value) -> str:
+    """A client's value in an error message, as JSON, cut to MAX_ECHOED_CHARS."""
+    return dumps(value)[:MAX_ECHOED_CHARS].decode(errors="replace")
 
 
 def served_name(asked: str | None, names: tuple[str, ...]) -> str:

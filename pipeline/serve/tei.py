@@ -16,8 +16,8 @@ from functools import cache
 
 import numpy as np
 
-from embedpipe.pipeline.serve.protocol import (MAX_ECHOED_CHARS, ApiError, Limits, checked_dimensions, dumps,
-                                               optional_str, parse_json, shorten)
+from embedpipe.pipeline.serve.protocol import (ApiError, Limits, checked_dimensions, dumps, optional_str, parse_json,
+                                               quoted, shorten)
 
 # an ApiError of the shared request path (protocol.py, app.py) -> TEI's (status, error type)
 TEI_ERRORS = {400: (422, "Validation"), 413: (413, "Validation"), 429: (429, "Overloaded"), 500: (424, "Backend"),
@@ -54,7 +54,7 @@ def parse_embed(body: bytes, limits: Limits, normalized: bool) -> EmbedRequest:
     direction = payload.get("truncation_direction")
     if direction is not None and direction not in TRUNCATION_DIRECTIONS:
         raise TeiError(422, f"truncation_direction must be \"right\" here (texts are cut at the end), not "
-                            f"{_quoted(direction)}")
+                            f"{quoted(direction)}")
     return EmbedRequest(texts, normalize, truncate, optional_str(payload, "prompt_name"),
                         checked_dimensions(payload.get("dimensions"), limits.dim))
 
@@ -84,13 +84,8 @@ def _bool(payload: dict, name: str, default: bool) -> bool:
     if value is None:
         return default
     if not isinstance(value, bool):
-        raise TeiError(422, f"{name} must be true or false, not {_quoted(value)}")
+        raise TeiError(422, f"{name} must be true or false, not {quoted(value)}")
     return value
-
-
-def _quoted(value) -> str:
-    """A client's value in an error message, as JSON, cut to MAX_ECHOED_CHARS."""
-    return dumps(value)[:MAX_ECHOED_CHARS].decode(errors="replace")
 
 
 def finish(vectors: np.ndarray, dimensions: int | None, normalize: bool, normalized: bool) -> np.ndarray:
