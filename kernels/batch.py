@@ -57,6 +57,10 @@ class Batch:
     cu_seqlens: [num_seqs_padded + 1] int32. Slot num_seqs is the padding sequence: it owns
                 every padding token; later slots are empty.
     num_seqs:   real sequences (the first num_seqs slots).
+    span_bounds: None, or [num_spans, 2] int32: a second level of offsets (late chunking). Row j is
+                [start, end) in input_ids, non-empty and inside one real sequence; a sequence's spans
+                follow those of the sequences before it, may overlap and need not cover it. With spans,
+                a step returns a row per span, in this order, instead of a row per sequence.
     """
 
     input_ids: torch.Tensor
@@ -64,6 +68,7 @@ class Batch:
     num_seqs: int
     num_tokens: int  # real tokens
     tags: list = field(default_factory=list)  # caller's per-sequence bookkeeping, untouched here
+    span_bounds: torch.Tensor | None = None
 
     @property
     def key(self) -> tuple[int, int]:
@@ -73,10 +78,34 @@ class Batch:
     def num_padding_tokens(self) -> int:
         return int(self.input_ids.shape[0]) - self.num_tokens
 
+    @property
+    def num_spans(self) -> int:
+        return 0 if self.span_bounds is None else int(self.span_bounds.shape[0])
+
+    @property
+    def num_rows(self) -> int:
+        """Rows a step returns: one per span with spans, else one per sequence."""
+        return self.num_seqs if self.span_bounds is None else self.num_spans
+
+    def relative_spans(self) -> list[list[tuple[int, int]]] | None:
+        """Per sequence, its spans as (start, end) within the sequence (pack's `spans`); None without spans."""
+        if self.span_bounds is None:
+            return None
+        bounds, cu = self.span_bounds.numpy(), self.cu_seqlens[: self.num_seqs + 1].numpy()
+        owners = np.searchsorted(cu[1:], bounds[:, 0], side="right")  # each span's sequence
+        relative = [[] for _ in range(self.num_seqs)]
+        for owner, (start, end) in zip(owners.tolist(), (bounds - cu[owners, None]).tolist()):
+            relative[owner].append((start, end))
+        return relative
+
 
 def pack(sequences: Sequence[Sequence[int]], policy: BucketPolicy | None = None, pad_token_id: int = 0,
-         tags: list | None = None) -> Batch:
-    """Lay token-id sequences end to end; with a policy, pad to its buckets."""
+         tags: list | None = None, spans: Sequence[Sequence[tuple[int, int]]] | None = None) -> Batch:
+    """Lay token-id sequences end to end; with a policy, pad to its buckets.
+
+    spans (late chunking): per sequence, at least one (start, end) within it, 0 <= start < end <= its
+    length; they become the batch's span_bounds, absolute and in this order. Raises ValueError otherwise.
+    """
     if not sequences:
         raise ValueError("cannot pack an empty batch")
     lengths = np.fromiter((len(s) for s in sequences), dtype=np.int64, count=len(sequences))
@@ -93,15 +122,39 @@ def pack(sequences: Sequence[Sequence[int]], policy: BucketPolicy | None = None,
     cu = np.full(padded_seqs + 1, padded_tokens, dtype=np.int32)
     cu[0] = 0
     cu[1:num_seqs + 1] = np.cumsum(lengths)
-    return Batch(torch.from_numpy(ids), torch.from_numpy(cu), num_seqs, num_tokens, [] if tags is None else tags)
+    span_bounds = None if spans is None else _absolute_spans(spans, lengths, cu[:num_seqs])
+    return Batch(torch.from_numpy(ids), torch.from_numpy(cu), num_seqs, num_tokens, [] if tags is None else tags,
+                 span_bounds)
+
+
+def _absolute_spans(spans: Sequence[Sequence[tuple[int, int]]], lengths: np.ndarray, starts: np.ndarray
+                    ) -> torch.Tensor:
+    """Per-sequence (start, end) pairs -> [num_spans, 2] int32 offsets into the packed ids (starts: each
+    sequence's first token). A sequence without spans would run for nothing, so each needs one."""
+    if len(spans) != len(lengths):
+        raise ValueError(f"spans: one list per sequence, {len(lengths)}, not {len(spans)}")
+    counts = np.fromiter((len(s) for s in spans), dtype=np.int64, count=len(spans))
+    if (counts == 0).any():
+        raise ValueError(f"spans: sequence {int(np.argmin(counts))} has none")
+    pairs = np.array([pair for sequence in spans for pair in sequence], dtype=np.int64).reshape(-1, 2)
+    owners = np.repeat(np.arange(len(spans)), counts)
+    bad = (pairs[:, 0] < 0) | (pairs[:, 1] <= pairs[:, 0]) | (pairs[:, 1] > lengths[owners])
+    if bad.any():
+        j = int(np.argmax(bad))
+        raise ValueError(f"spans: {tuple(pairs[j].tolist())} of sequence {owners[j]} (length {lengths[owners[j]]}) "
+                         "is not 0 <= start < end <= length")
+    return torch.from_numpy((pairs + starts[owners, None]).astype(np.int32))
 
 
 def split_in_halves(batch: Batch, policy: BucketPolicy | None = None, pad_token_id: int = 0) -> tuple[Batch, Batch]:
-    """The batch's first and second half of sequences (num_seqs >= 2), each packed anew with its tags."""
+    """The batch's first and second half of sequences (num_seqs >= 2), each packed anew with its tags and
+    spans: the halves' rows, one after the other, are the batch's."""
     if batch.num_seqs < 2:
         raise ValueError("a batch of one sequence cannot be split")
     bounds = batch.cu_seqlens[: batch.num_seqs + 1].tolist()
     sequences = [batch.input_ids[start:end] for start, end in zip(bounds[:-1], bounds[1:])]
     half = batch.num_seqs // 2
-    return (pack(sequences[:half], policy, pad_token_id, batch.tags[:half]),
-            pack(sequences[half:], policy, pad_token_id, batch.tags[half:]))
+    spans = batch.relative_spans()
+    first, second = (None, None) if spans is None else (spans[:half], spans[half:])
+    return (pack(sequences[:half], policy, pad_token_id, batch.tags[:half], first),
+            pack(sequences[half:], policy, pad_token_id, batch.tags[half:], second))

@@ -118,7 +118,7 @@ class Engine:
         self.warm_up_s: float | None = None
         if self.device.type == "cuda":
             from embedpipe.kernels.cuda.runner import CudaRunner
-            self.runner = CudaRunner(self.forward, self.attn, self.device, config.graphs,
+            self.runner = CudaRunner(self.forward, self.forward_spans, self.attn, self.device, config.graphs,
                                      self.output.torch_dtype, self.output.width, config.spin_wait,
                                      config.max_in_flight)
 
@@ -188,10 +188,22 @@ class Engine:
         hidden = self.model(input_ids, positions)
         return self.pooler(hidden, cu_seqlens, seq_ids)
 
+    def forward_spans(self, input_ids, cu_seqlens, span_bounds) -> torch.Tensor:
+        """Late chunking: as forward, but span_bounds [num_spans, 2] int32 on the device -> [num_spans,
+        output.width], each span pooled from its sequence's hidden states (Pooler.spans). Never captured."""
+        positions, _ = self.ops.token_layout(cu_seqlens, input_ids.shape[0])
+        return self.pooler.spans(self.model(input_ids, positions), span_bounds)
+
     @torch.inference_mode()
     def step(self, batch: Batch) -> LazyTensor:
-        """Embeds one packed batch; the handle's result() is [batch.num_seqs, output.width]."""
+        """Embeds one packed batch; the handle's result() is [batch.num_rows, output.width]: a row per sequence,
+        or with span_bounds (late chunking) a row per span, in order. Raises ValueError for spans of a model
+        that pools by CLS (OutputSpec.check_span_pooling), before anything runs."""
+        if batch.span_bounds is not None:
+            self.output.check_span_pooling()
         if self.runner is not None:
             return self.runner.step(batch)
         self.attn.plan(batch.cu_seqlens, batch.num_seqs)
+        if batch.span_bounds is not None:
+            return LazyTensor(self.forward_spans(batch.input_ids, batch.cu_seqlens, batch.span_bounds))
         return LazyTensor(self.forward(batch.input_ids, batch.cu_seqlens)[: batch.num_seqs])

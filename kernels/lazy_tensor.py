@@ -9,7 +9,8 @@ T = TypeVar("T")
 
 
 class LazyTensor:
-    """Pooled embeddings of one batch, [num_seqs, width], on the host once `result()` returns.
+    """Pooled embeddings of one batch, [batch.num_rows, width] (a row per sequence, or per span), on the host
+    once `result()` returns.
 
     On the CPU the tensor is complete when the handle is made. On CUDA, `host` is a slice of a
     pinned buffer that a non-blocking copy fills, and `event` is recorded after that copy:
@@ -38,7 +39,7 @@ class LazyTensor:
         return self._result
 
     def read(self, consume: Callable[[torch.Tensor], T]) -> T:
-        """consume(rows [num_seqs, width]) once the device has written them; consume copies what it keeps."""
+        """consume(rows [num_rows, width]) once the device has written them; consume copies what it keeps."""
         if self._result is not None:
             return consume(self._result)
         if self._host is None:

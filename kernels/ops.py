@@ -72,14 +72,35 @@ class TorchOps:
             pooled = hidden[(cu_seqlens[1:] - 1).clamp(min=0)].float()
         else:
             raise ValueError(f"unknown pooling mode {mode!r}")
-        pooled = pooled[:, :dim]
-        return F.normalize(pooled, dim=-1) if normalize else pooled
+        return _truncate_normalize(pooled, dim, normalize)
+
+    @staticmethod
+    def pool_spans(hidden, span_bounds, mode: str, dim: int, normalize: bool):
+        """hidden [T, hidden], span_bounds [num_spans, 2] int32 ([start, end) rows of hidden, non-empty) ->
+        [num_spans, dim] float32: each span pooled (mean | lasttoken), truncated, normalised, as `pool` a slot."""
+        starts, ends = span_bounds.long().unbind(1)
+        if mode == "mean":
+            # spans may overlap: an averaging matrix [num_spans, T] of their ranges, as `pool`'s of slots
+            tokens = torch.arange(hidden.shape[0], device=hidden.device)
+            inside = (tokens[None, :] >= starts[:, None]) & (tokens[None, :] < ends[:, None])
+            pooled = (inside.float() / (ends - starts)[:, None]) @ hidden.float()
+        elif mode == "lasttoken":
+            pooled = hidden[ends - 1].float()
+        else:
+            raise ValueError(f"spans pool by mean or lasttoken, not {mode!r}")
+        return _truncate_normalize(pooled, dim, normalize)
 
     @staticmethod
     def silu_and_mul(x):
         """[T, 2 * I] -> silu(x[:, :I]) * x[:, I:]."""
         gate, up = x.chunk(2, dim=-1)
         return F.silu(gate) * up
+
+
+def _truncate_normalize(pooled, dim: int, normalize: bool):
+    """Matryoshka truncation to the first dim columns, then L2 normalisation: [rows, hidden] -> [rows, dim]."""
+    pooled = pooled[:, :dim]
+    return F.normalize(pooled, dim=-1) if normalize else pooled
 
 
 def _rms_norm(x, weight, eps):

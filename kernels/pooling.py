@@ -1,7 +1,8 @@
 """Pooling, Matryoshka truncation, L2 normalisation and output quantisation, shared by all models.
 
 All of it runs on the device inside the forward pass (and so inside a CUDA graph), in float32;
-`ops.pool` (kernels/ops.py) pools, truncates and normalises.
+`ops.pool` (kernels/ops.py) pools, truncates and normalises. Late chunking pools token spans of a
+sequence instead (`ops.pool_spans`), then truncates, normalises and quantises the same way.
 """
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ from torch import nn
 
 from embedpipe.kernels.output_dtypes import output_dtype
 
+# poolings that mean something for a span of a sequence: CLS pools the sequence's first token, which no
+# window but the first holds
+SPAN_POOLINGS = ("mean", "lasttoken")
 
 
 @dataclass(frozen=True)
@@ -39,9 +43,17 @@ class OutputSpec:
         """Values per output row (binary: bytes of packed bits)."""
         return output_dtype(self.dtype).width(self.dim)
 
+    def check_span_pooling(self) -> None:
+        """Raises ValueError unless this output can pool spans (late chunking). A caller checks up front with
+        engine.model_spec(config).output (no weights loaded); Engine.step checks each batch with spans."""
+        if self.pooling not in SPAN_POOLINGS:
+            raise ValueError(f"late chunking needs mean or last-token pooling; this model pools by {self.pooling!r} "
+                             "(pooling=\"mean\" overrides it)")
+
 
 class Pooler(nn.Module):
-    """Pools, truncates, normalises and quantises: hidden [num_tokens, hidden] -> [num_seqs_padded, spec.width].
+    """Pools, truncates, normalises and quantises: hidden [num_tokens, hidden] -> [num_seqs_padded, spec.width]
+    (forward), or -> [num_spans, spec.width] (spans).
 
     The quantisation is output_dtypes.OutputDtype.quantise's, on the device (a test holds them equal)."""
 
@@ -53,7 +65,18 @@ class Pooler(nn.Module):
                              persistent=False)
 
     def forward(self, hidden: torch.Tensor, cu_seqlens: torch.Tensor, seq_ids: torch.Tensor) -> torch.Tensor:
-        x = self.ops.pool(hidden, cu_seqlens, seq_ids, self.spec.pooling, self.spec.dim, self.spec.normalize)
+        return self._quantise(self.ops.pool(hidden, cu_seqlens, seq_ids, self.spec.pooling, self.spec.dim,
+                                            self.spec.normalize))
+
+    def spans(self, hidden: torch.Tensor, span_bounds: torch.Tensor) -> torch.Tensor:
+        """span_bounds [num_spans, 2] int32, [start, end) rows of hidden -> [num_spans, spec.width]: each span's
+        tokens pooled as a sequence's are (their mean, or the last one), from the hidden states of their whole
+        sequence (late chunking)."""
+        return self._quantise(self.ops.pool_spans(hidden, span_bounds, self.spec.pooling, self.spec.dim,
+                                                  self.spec.normalize))
+
+    def _quantise(self, x: torch.Tensor) -> torch.Tensor:
+        """float32 [rows, dim] (pooled, truncated, normalised) -> [rows, spec.width] in the output dtype."""
         if self.spec.dtype == "int8":
             return torch.round(torch.tanh(x) * 127).to(torch.int8)  # round half to even
         if self.spec.dtype == "binary":

@@ -7,6 +7,8 @@ pooled rows into a pinned output buffer. `step()` returns a LazyTensor at once.
 
 Reused buffers are guarded: a pinned staging or output slot is reused only after the device has
 finished reading or writing it (events), and a slot's previous LazyTensor is resolved first.
+
+Batches with spans (late chunking) always run eagerly, through the same staging, plan and download.
 """
 from __future__ import annotations
 
@@ -57,13 +59,15 @@ def stage_inputs(batch: Batch, out: torch.Tensor) -> None:
 
 
 class CudaRunner:
-    """forward(ids, cu_seqlens) -> [num_slots, width] on the device, run lazily."""
+    """forward(ids, cu_seqlens) -> [num_slots, width] on the device, run lazily; forward_spans(ids, cu_seqlens,
+    span_bounds) -> [num_spans, width] for batches with spans."""
 
-    def __init__(self, forward: Callable, attn: AttentionBackend, device: torch.device, graphs: GraphConfig,
-                 out_dtype: torch.dtype, out_width: int, spin_wait: bool = True, max_in_flight: int = 3):
+    def __init__(self, forward: Callable, forward_spans: Callable, attn: AttentionBackend, device: torch.device,
+                 graphs: GraphConfig, out_dtype: torch.dtype, out_width: int, spin_wait: bool = True,
+                 max_in_flight: int = 3):
         if not attn.graph_safe:
             graphs = GraphConfig(enabled=False)
-        self.forward, self.attn, self.device = forward, attn, device
+        self.forward, self.forward_spans, self.attn, self.device = forward, forward_spans, attn, device
         self.graphs = GraphCache(graphs)
         self.pool = torch.cuda.graph_pool_handle()
         # a blocking event makes a waiting host thread sleep instead of spin (EngineConfig.spin_wait)
@@ -86,6 +90,8 @@ class CudaRunner:
         return None if entry is None else entry[0]
 
     def step(self, batch: Batch) -> LazyTensor:
+        if batch.span_bounds is not None:
+            return self._step_spans(batch)
         num_tokens, num_slots = batch.key
         slot, host = self.staging.take(num_tokens + num_slots + 1)
         stage_inputs(batch, host)
@@ -99,6 +105,23 @@ class CudaRunner:
         out = self.graphs.run(key, eager, lambda: self._capture(batch, host, key), lambda e: self._replay(batch, host, key, e))
         self.staging.events[slot].record(self.stream)
         return self._download(out, batch.num_seqs)
+
+    def _step_spans(self, batch: Batch) -> LazyTensor:
+        """A late-chunked batch, eagerly: no graph is captured or replayed for it. Its sequences are long
+        documents (thousands of tokens each), so the launches that a graph saves are a small part of its time,
+        and its span count, which a graph would fix, varies from batch to batch. Staged in one pinned copy,
+        [input_ids | cu_seqlens | span_bounds]; attention is planned for the documents, as for any batch."""
+        num_tokens, num_slots = batch.key
+        end_cu = num_tokens + num_slots + 1
+        slot, host = self.staging.take(end_cu + 2 * batch.num_spans)
+        stage_inputs(batch, host[:end_cu])
+        host[end_cu:].view(-1, 2).copy_(batch.span_bounds)
+        inputs = host.to(self.device, non_blocking=True)
+        self.attn.plan(host[num_tokens:end_cu], batch.num_seqs, None, inputs[num_tokens:end_cu])
+        out = self.forward_spans(inputs[:num_tokens], inputs[num_tokens:end_cu], inputs[end_cu:].view(-1, 2))
+        self.staging.events[slot].record(self.stream)
+        self.graphs.counters.eager += 1
+        return self._download(out, batch.num_spans)
 
     def _forward(self, inputs: torch.Tensor, num_tokens: int) -> torch.Tensor:
         return self.forward(inputs[:num_tokens], inputs[num_tokens:])
@@ -121,9 +144,10 @@ class CudaRunner:
         graph.replay()
         return out_buf
 
-    def _download(self, out: torch.Tensor, num_seqs: int) -> LazyTensor:
-        slot, host = self.outputs.take(num_seqs)
-        host.copy_(out[:num_seqs], non_blocking=True)
+    def _download(self, out: torch.Tensor, num_rows: int) -> LazyTensor:
+        """The first num_rows rows of out (a row per sequence, or per span) into a pinned slot, asynchronously."""
+        slot, host = self.outputs.take(num_rows)
+        host.copy_(out[:num_rows], non_blocking=True)
         self.outputs.events[slot].record(self.stream)
         lazy = LazyTensor(host, self.outputs.events[slot], keepalive=out)
         self.outputs.readers[slot] = lazy

@@ -105,12 +105,14 @@ POOL_MODES = {"mean": 0, "cls": 1, "lasttoken": 2}
 
 
 @triton.jit
-def _pool_kernel(H, Cu, Out, stride_h, num_tokens, dim, MODE: tl.constexpr, BLOCK_T: tl.constexpr,
-                 BLOCK_C: tl.constexpr):
-    """Program (slot, column block): the slot's pooled BLOCK_C columns in float32. Many programs per slot: with
-    one per slot, a batch of one was pooled by one SM (MiniLM 1 x 128 mean: 13 us of a 170 us forward, H200)."""
-    slot, block = tl.program_id(0), tl.program_id(1)
-    start, end = tl.load(Cu + slot), tl.load(Cu + slot + 1)
+def _pool_kernel(H, Bounds, Out, stride_h, num_tokens, dim, MODE: tl.constexpr, BOUNDS_STRIDE: tl.constexpr,
+                 BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Program (row, column block): the row's pooled BLOCK_C columns in float32. A row pools the tokens
+    [Bounds[row * BOUNDS_STRIDE], Bounds[row * BOUNDS_STRIDE + 1]): a slot of cu_seqlens (stride 1) or a
+    span of span_bounds [num_spans, 2] (stride 2). Many programs per row: with one per slot, a batch of one
+    was pooled by one SM (MiniLM 1 x 128 mean: 13 us of a 170 us forward, H200)."""
+    row, block = tl.program_id(0), tl.program_id(1)
+    start, end = tl.load(Bounds + row * BOUNDS_STRIDE), tl.load(Bounds + row * BOUNDS_STRIDE + 1)
     cols = block * BLOCK_C + tl.arange(0, BLOCK_C)
     mask = cols < dim
     if MODE == 0:
@@ -123,9 +125,9 @@ def _pool_kernel(H, Cu, Out, stride_h, num_tokens, dim, MODE: tl.constexpr, BLOC
             acc += tl.sum(tile.to(tl.float32), axis=0)
         acc = acc / tl.maximum(end - start, 1).to(tl.float32)
     else:
-        row = tl.minimum(start, num_tokens - 1) if MODE == 1 else tl.maximum(end - 1, 0)
-        acc = tl.load(H + row * stride_h + cols, mask=mask, other=0.0).to(tl.float32)
-    tl.store(Out + slot * dim + cols, acc, mask=mask)
+        token = tl.minimum(start, num_tokens - 1) if MODE == 1 else tl.maximum(end - 1, 0)
+        acc = tl.load(H + token * stride_h + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(Out + row * dim + cols, acc, mask=mask)
 
 
 @triton.jit
@@ -153,6 +155,18 @@ POOL_BLOCK_C = 128  # columns per pooling program
 POOL_BLOCK_T = 32  # rows per tile
 
 
+def _pool_rows(hidden, bounds, num_rows: int, bounds_stride: int, mode: str, dim: int, normalize: bool):
+    """[num_rows, dim] float32: row r pools hidden's rows [bounds[r * stride], bounds[r * stride + 1]) (_pool_kernel),
+    truncated to dim columns, then L2-normalised in place."""
+    out = torch.empty((num_rows, dim), dtype=torch.float32, device=hidden.device)
+    _pool_kernel[(num_rows, triton.cdiv(dim, POOL_BLOCK_C))](
+        hidden, bounds, out, hidden.stride(0), hidden.shape[0], dim, MODE=POOL_MODES[mode],
+        BOUNDS_STRIDE=bounds_stride, BLOCK_T=POOL_BLOCK_T, BLOCK_C=POOL_BLOCK_C)
+    if normalize:
+        _l2_normalize_kernel[(num_rows,)](out, dim, 1e-12, BLOCK=triton.next_power_of_2(dim))
+    return out
+
+
 class TritonOps:
     @staticmethod
     def token_layout(cu_seqlens, num_tokens: int):
@@ -164,14 +178,13 @@ class TritonOps:
 
     @staticmethod
     def pool(hidden, cu_seqlens, seq_ids, mode: str, dim: int, normalize: bool):
-        num_slots = cu_seqlens.shape[0] - 1
-        out = torch.empty((num_slots, dim), dtype=torch.float32, device=hidden.device)
-        _pool_kernel[(num_slots, triton.cdiv(dim, POOL_BLOCK_C))](
-            hidden, cu_seqlens, out, hidden.stride(0), hidden.shape[0], dim, MODE=POOL_MODES[mode],
-            BLOCK_T=POOL_BLOCK_T, BLOCK_C=POOL_BLOCK_C)
-        if normalize:
-            _l2_normalize_kernel[(num_slots,)](out, dim, 1e-12, BLOCK=triton.next_power_of_2(dim))
-        return out
+        return _pool_rows(hidden, cu_seqlens, cu_seqlens.shape[0] - 1, 1, mode, dim, normalize)
+
+    @staticmethod
+    def pool_spans(hidden, span_bounds, mode: str, dim: int, normalize: bool):
+        """All spans of a batch in one launch (a program per span and column block); span_bounds [num_spans, 2]
+        int32, contiguous; mode mean | lasttoken (pooling.OutputSpec.check_span_pooling)."""
+        return _pool_rows(hidden, span_bounds, span_bounds.shape[0], 2, mode, dim, normalize)
 
     @staticmethod
     def add_layer_norm(x, residual, weight, bias, eps):

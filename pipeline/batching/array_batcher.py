@@ -7,6 +7,10 @@ Because the budget is a multiple of the policy's large token step (BatcherConfig
 pad_tokens(n) <= budget exactly when n <= budget, so the cut is one searchsorted over the running
 sum of real lengths. Python work is O(1) per batch and per chunk, never per sequence: the queue
 holds a chunk's token ids [num_tokens] int32 and lengths [num_rows] int32 as they came.
+
+Late chunking adds a second level: each sequence (a document) carries spans (its windows), queued as
+relative [start, end) bounds with a count per sequence, and a batch's Batch.span_bounds are made
+absolute with numpy too. Every chunk of one batcher has spans, or none does.
 """
 from __future__ import annotations
 
@@ -79,19 +83,32 @@ class ArrayBatcher:
         self._ends = np.empty(0, np.int64)  # running sum of _lengths
         self._head = 0  # sequences of _ends already handed out
         self._chunks: deque[list] = deque()  # [tag, first row not handed out, rows left], oldest first
+        self.spans: bool | None = None  # whether the chunks carry spans: set by the first add
+        self._new_spans: list[tuple[np.ndarray, np.ndarray]] = []  # (bounds, counts) added since the last cut
+        self._bounds = np.empty((0, 2), np.int32)  # queued spans [num_spans, 2], relative to their sequence
+        self._span_ends = np.empty(0, np.int64)  # [queued sequences]: running sum of spans per sequence
 
     def __len__(self) -> int:
         """Sequences queued, not yet handed out."""
         return len(self._ends) - self._head + sum(len(lengths) for _, lengths in self._new)
 
-    def add(self, token_ids: np.ndarray, lengths: np.ndarray, tag: Any = None) -> None:
-        """Queues a chunk: token_ids [sum(lengths)] and lengths [num_rows]; batches' tags name its rows."""
+    def add(self, token_ids: np.ndarray, lengths: np.ndarray, tag: Any = None,
+            spans: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+        """Queues a chunk: token_ids [sum(lengths)] and lengths [num_rows]; batches' tags name its rows.
+        spans (late chunking): bounds [num_spans, 2] int32, [start, end) within their sequence, and
+        counts [num_rows] int32 (each >= 1), the spans of each sequence in order."""
         if not len(lengths):
             return
         if lengths.min() <= 0:
             raise ValueError("cannot batch an empty sequence")
         if int(lengths.sum(dtype=np.int64)) != len(token_ids):
             raise ValueError("token_ids must hold sum(lengths) ids")
+        if self.spans is None:
+            self.spans = spans is not None
+        if self.spans != (spans is not None):
+            raise ValueError("every chunk of a batcher has spans, or none does")
+        if spans is not None:
+            self._new_spans.append(checked_spans(*spans, lengths))
         self._new.append((token_ids, lengths))
         self._chunks.append([tag, 0, len(lengths)])
 
@@ -125,10 +142,21 @@ class ArrayBatcher:
         cu = np.full(padded_seqs + 1, padded_tokens, dtype=np.int32)
         cu[0] = 0
         cu[1:num_seqs + 1] = self._ends[head:end] - base
+        span_bounds = self._span_bounds(head, end, cu[:num_seqs]) if self.spans else None
         self._head = end
-        batch = Batch(torch.from_numpy(ids), torch.from_numpy(cu), num_seqs, num_tokens, self._spans(num_seqs))
+        batch = Batch(torch.from_numpy(ids), torch.from_numpy(cu), num_seqs, num_tokens, self._spans(num_seqs),
+                      span_bounds)
         self.stats = self.stats + BatchStats.of(batch)
         return batch
+
+    def _span_bounds(self, head: int, end: int, starts: np.ndarray) -> torch.Tensor:
+        """The spans of queued sequences [head, end) as [num_spans, 2] int32 offsets into the batch's ids
+        (starts: each sequence's first token in the batch)."""
+        first = int(self._span_ends[head - 1]) if head else 0
+        counts = np.diff(self._span_ends[head:end], prepend=first)
+        owners = np.repeat(np.arange(end - head), counts)
+        bounds = self._bounds[first:int(self._span_ends[end - 1])] + starts[owners, None]
+        return torch.from_numpy(bounds.astype(np.int32))
 
     def _spans(self, num_seqs: int) -> RowSpans:
         """Takes num_seqs rows off the oldest chunks: O(chunks in the batch)."""
@@ -152,4 +180,21 @@ class ArrayBatcher:
         self._tokens = np.concatenate([self._tokens[base:], *(ids for ids, _ in self._new)])
         self._lengths = np.concatenate([self._lengths[self._head:], *(lengths for _, lengths in self._new)])
         self._ends = np.cumsum(self._lengths, dtype=np.int64)
+        if self.spans:
+            first = int(self._span_ends[self._head - 1]) if self._head else 0
+            counts = np.concatenate([np.diff(self._span_ends[self._head:], prepend=first),
+                                     *(counts for _, counts in self._new_spans)])
+            self._bounds = np.concatenate([self._bounds[first:], *(bounds for bounds, _ in self._new_spans)])
+            self._span_ends, self._new_spans = np.cumsum(counts, dtype=np.int64), []
         self._head, self._new = 0, []
+
+
+def checked_spans(bounds: np.ndarray, counts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Raises ValueError unless every sequence has spans and each span is non-empty and inside its sequence."""
+    bounds, counts = np.asarray(bounds, np.int32).reshape(-1, 2), np.asarray(counts, np.int64)
+    if len(counts) != len(lengths) or counts.min() < 1 or int(counts.sum()) != len(bounds):
+        raise ValueError("spans: counts must give each sequence at least one span, and sum to the spans given")
+    owner_lengths = np.repeat(lengths, counts)
+    if ((bounds[:, 0] < 0) | (bounds[:, 1] <= bounds[:, 0]) | (bounds[:, 1] > owner_lengths)).any():
+        raise ValueError("spans: every span must be non-empty and inside its sequence")
+    return bounds, counts

@@ -123,3 +123,48 @@ def test_work_per_batch_does_not_grow_with_the_rows_queued():
         rows += batch.num_seqs
     assert rows == 600 * 1024
     assert time.perf_counter() - start < 5  # generous for a loaded 2-core CI machine
+
+
+def random_spans(lengths: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """1-3 random non-empty spans per sequence (they may overlap), relative to it."""
+    counts = rng.integers(1, 4, len(lengths))
+    starts = np.concatenate([rng.integers(0, n, c) for n, c in zip(lengths, counts)])
+    owner_lengths = np.repeat(lengths, counts)
+    ends = starts + 1 + (rng.integers(0, 1 << 30, len(starts)) % (owner_lengths - starts))
+    return np.stack([starts, ends], 1).astype(np.int32), counts.astype(np.int32)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(1, 700), min_size=1, max_size=120), st.lists(st.integers(1, 30), min_size=1, max_size=4),
+       st.lists(st.booleans(), min_size=1, max_size=3), st.integers(0, 1000))
+def test_spans_follow_their_sequences_into_every_batch(lengths, sizes, flushes, seed):
+    """Late chunking: each batch's span_bounds are its sequences' spans, made absolute, in order; so are
+    an out-of-memory split's halves."""
+    rng = np.random.default_rng(seed)
+    batcher, expected, got = ArrayBatcher(BatcherConfig(max_batch_tokens=2048, max_batch_seqs=16)), [], []
+    for k, (token_ids, chunk_lengths, first) in enumerate(chunks_of(lengths, sizes, rng)):
+        bounds, counts = random_spans(chunk_lengths, rng)
+        offsets = np.concatenate([[0], np.cumsum(counts)])
+        expected += [bounds[offsets[i]:offsets[i + 1]].tolist() for i in range(len(chunk_lengths))]
+        batcher.add(token_ids, chunk_lengths, first, spans=(bounds, counts))
+        while (batch := batcher.next_batch(flushes[k % len(flushes)])) is not None:
+            got.append(batch)
+    while (batch := batcher.next_batch(True)) is not None:
+        got.append(batch)
+    relative = [[list(span) for span in seq] for batch in got for seq in batch.relative_spans()]
+    assert relative == expected
+    assert sum(batch.num_rows for batch in got) == sum(map(len, expected))
+    for batch in (b for b in got if b.num_seqs >= 2):
+        halves = split_in_halves(batch, BatcherConfig().policy)
+        assert [s for half in halves for s in half.relative_spans()] == batch.relative_spans()
+
+
+def test_a_batcher_takes_spans_for_every_chunk_or_none():
+    batcher = ArrayBatcher()
+    batcher.add(np.ones(5, np.int32), np.array([2, 3], np.int32), spans=(np.array([[0, 2], [1, 3]]), np.array([1, 1])))
+    with pytest.raises(ValueError, match="spans, or none"):
+        batcher.add(np.ones(2, np.int32), np.array([2], np.int32))
+    with pytest.raises(ValueError, match="inside its sequence"):
+        batcher.add(np.ones(2, np.int32), np.array([2], np.int32), spans=(np.array([[0, 3]]), np.array([1])))
+    with pytest.raises(ValueError, match="at least one span"):
+        batcher.add(np.ones(2, np.int32), np.array([2], np.int32), spans=(np.empty((0, 2)), np.array([0])))
