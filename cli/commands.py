@@ -62,21 +62,43 @@ def _jsonl_text(line: str, source: str, number: int) -> str:
     return text
 
 
+def chunk_config(tokens: int | None, overlap: int | None, on: str | None, late: bool = False):
+    """embed's --chunk-tokens, --chunk-overlap, --chunk-on, --late-chunking as a ChunkConfig (None: no windows); a
+    value it refuses is a one-line usage error."""
+    from embedpipe.pipeline.config import chunk_config as make
+
+    try:
+        return make(tokens, overlap, on, late)
+    except ValueError as e:
+        fail(str(e))
+
+
 def run_embed(config, texts: list[str], prompt: str | None, prompt_name: str | None,
-              max_length: int | None = None) -> None:
-    """Prints each text's embedding as a JSON line; config: an EngineConfig."""
+              max_length: int | None = None, chunking=None) -> None:
+    """Prints each text's embedding as a JSON line, or with chunking (a ChunkConfig) each window's; config: an
+    EngineConfig."""
     from embedpipe.kernels.engine import Engine
-    from embedpipe.pipeline.batching.embed import embed_texts
+    from embedpipe.pipeline.batching.embed import embed_texts, embed_windows
+    from embedpipe.pipeline.text.late_chunking import chunker_of
     from embedpipe.pipeline.text.tokenizer import make_tokenizer
 
     try:
         engine = Engine(config)
         tokenizer = make_tokenizer(engine, prompt, prompt_name, max_length)
+        cutter = chunker_of(tokenizer, chunking) if chunking is not None else None
+        if chunking is not None and chunking.late:
+            engine.output.check_span_pooling()
     except (ModelLoadError, ValueError) as e:
         fail(str(e))
-    vectors = embed_texts(engine, tokenizer, texts)
-    for text, vector in zip(texts, vectors):
-        print(json.dumps({"text": text, "embedding": vector.tolist()}, ensure_ascii=False))
+    if cutter is None:
+        for text, vector in zip(texts, embed_texts(engine, tokenizer, texts)):
+            print(json.dumps({"text": text, "embedding": vector.tolist()}, ensure_ascii=False))
+        return
+    vectors, cut = embed_windows(engine, cutter, texts)
+    for w, vector in enumerate(vectors):
+        window = {"input": int(cut.rows[w]), "chunk": int(cut.chunk[w]), "char_start": int(cut.char_start[w]),
+                  "char_end": int(cut.char_end[w]), "text": cut.texts[w], "embedding": vector.tolist()}
+        print(json.dumps(window, ensure_ascii=False))
 
 
 def run_index(given: dict, config_file) -> None:

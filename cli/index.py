@@ -7,7 +7,8 @@ from typing import Optional
 
 import typer
 
-from embedpipe.cli.options import DEVICE, DIM, DTYPE, EF_SEARCH, MODEL, NPROBE, PROMPT, PROMPT_NAME, MAX_LENGTH, OutputDtype
+from embedpipe.cli.options import (CHUNK_ON, CHUNK_OVERLAP, CHUNK_TOKENS, DEVICE, DIM, DTYPE, EF_SEARCH, LATE_CHUNKING,
+                                   MAX_LENGTH, MODEL, NPROBE, PROMPT, PROMPT_NAME, ChunkOn, OutputDtype)
 from embedpipe.pipeline.config import IndexOptions
 
 DEFAULTS = IndexOptions()
@@ -41,7 +42,8 @@ CONFIG = typer.Option(
 TEXT_COLUMN = typer.Option(DEFAULTS.text_column, "--text-column", help="Column of the texts.")
 ID_COLUMN = typer.Option(None, "--id-column", help="Column of the ids (default: id when present, else FILE:ROW).")
 KEEP_COLUMNS = typer.Option(
-    None, "--keep-columns", help="Columns stored next to each row's result, the text column too (comma-separated, or repeat the option).")
+    None, "--keep-columns", help="Columns stored next to each row's result, the text column too (comma-separated, or "
+                                 "repeat the option); with --chunk-tokens, a kept text column holds the window's text.")
 ROWS_PER_UNIT = typer.Option(
     DEFAULTS.rows_per_unit, "--rows-per-unit", help="Rows per unit of work (whole Parquet row groups).")
 READ_ROWS = typer.Option(DEFAULTS.read_rows, "--read-rows", help="Rows per read batch and tokenizer task.")
@@ -71,6 +73,8 @@ def index(
         None, "--precision", help="Weights and activations (default: bfloat16 on CUDA, float32 on CPU)."),
     dtype: OutputDtype = DTYPE, dim: Optional[int] = DIM,
     prompt: Optional[str] = PROMPT, prompt_name: Optional[str] = PROMPT_NAME, max_length: Optional[int] = MAX_LENGTH,
+    chunk_tokens: Optional[int] = CHUNK_TOKENS, chunk_overlap: Optional[int] = CHUNK_OVERLAP,
+    chunk_on: Optional[ChunkOn] = CHUNK_ON, late_chunking: bool = LATE_CHUNKING,
     text_column: str = TEXT_COLUMN,
     token_ids_column: Optional[str] = typer.Option(
         None, "--token-ids-column",

@@ -9,8 +9,8 @@ from typing import Optional
 
 import typer
 
-from embedpipe.cli.options import (DEVICE, DIM, DTYPE, MAX_LENGTH, MODEL, PROMPT, PROMPT_NAME, OutputDtype,  # noqa: F401
-                                   engine_config)
+from embedpipe.cli.options import (CHUNK_ON, CHUNK_OVERLAP, CHUNK_TOKENS, DEVICE, DIM, DTYPE, LATE_CHUNKING, MAX_LENGTH,  # noqa: F401
+                                   MODEL, PROMPT, PROMPT_NAME, ChunkOn, OutputDtype, engine_config)
 
 # help as plain text: Rich markup ate "[ray]" in a help string and showed "<bool>" after every flag
 app = typer.Typer(help="Offline batch embedding and indexing on ragged, graph-replayed engines.",
@@ -39,10 +39,15 @@ def embed(texts: Optional[list[str]] = typer.Argument(None, help="Texts to embed
                    "lines with a \"text\" field. Blank lines are skipped."),
           model: str = MODEL, dim: Optional[int] = DIM, dtype: OutputDtype = DTYPE,
           prompt: Optional[str] = PROMPT, prompt_name: Optional[str] = PROMPT_NAME,
-          max_length: Optional[int] = MAX_LENGTH, device: str = DEVICE):
-    """Print the embedding of each TEXT as a JSON line ({"text": ..., "embedding": [...]})."""
-    from embedpipe.cli.commands import read_texts, run_embed
-    run_embed(engine_config(model, dim, dtype, device), read_texts(texts, input_file), prompt, prompt_name, max_length)
+          max_length: Optional[int] = MAX_LENGTH, chunk_tokens: Optional[int] = CHUNK_TOKENS,
+          chunk_overlap: Optional[int] = CHUNK_OVERLAP, chunk_on: Optional[ChunkOn] = CHUNK_ON,
+          late_chunking: bool = LATE_CHUNKING, device: str = DEVICE):
+    """Print the embedding of each TEXT as a JSON line ({"text": ..., "embedding": [...]}); with --chunk-tokens, of
+    each window ({"input": i, "chunk": c, "char_start": s, "char_end": e, "text": TEXT[s:e], "embedding": [...]})."""
+    from embedpipe.cli.commands import chunk_config, read_texts, run_embed
+    chunking = chunk_config(chunk_tokens, chunk_overlap, chunk_on and chunk_on.value, late_chunking)
+    run_embed(engine_config(model, dim, dtype, device), read_texts(texts, input_file), prompt, prompt_name, max_length,
+              chunking)
 
 
 from embedpipe.cli.index import export, index, merge, query  # noqa: E402 - their options live in cli/index.py
@@ -58,6 +63,8 @@ from embedpipe.cli.warmup import warmup  # noqa: E402
 app.command()(warmup)
 from embedpipe.cli.verify import verify  # noqa: E402
 app.command()(verify)
+from embedpipe.cli.rerank import rerank  # noqa: E402 - its options live in cli/rerank.py
+app.command()(rerank)
 
 
 def main():

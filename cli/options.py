@@ -14,6 +14,12 @@ from embedpipe.kernels.output_dtypes import OUTPUT_DTYPES
 OutputDtype = Enum("OutputDtype", {name: name for name in OUTPUT_DTYPES}, type=str)
 
 
+class ChunkOn(str, Enum):
+    """--chunk-on: where a window ends."""
+    token = "token"
+    sentence = "sentence"
+
+
 def check_device(device: str) -> str:
     """--device of every command: auto, cpu, cuda or cuda:N (a one-line usage error otherwise)."""
     if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
@@ -30,6 +36,22 @@ PROMPT_NAME = typer.Option(None, "--prompt-name", help="A prompt named in the mo
 MAX_LENGTH = typer.Option(None, "--max-length",
                           help="Tokens per text (prompt and special tokens included), below the model's "
                                "max_seq_length; longer texts are cut and counted as truncated.")
+CHUNK_TOKENS = typer.Option(
+    None, "--chunk-tokens", metavar="N",
+    help="Cut each text into windows of at most N tokens (prompt and special tokens included), each embedded on its "
+         "own (index: a row with id, chunk, char_start, char_end; embed: a line), instead of cutting the text off at "
+         "the max length.")
+CHUNK_OVERLAP = typer.Option(
+    None, "--chunk-overlap", metavar="M", help="Tokens a window repeats of the one before it (default 0).")
+CHUNK_ON = typer.Option(
+    None, "--chunk-on",
+    help="Where a window ends: token (its last word boundary; the default) or sentence (after its last sentence "
+         "end, when it has one).")
+LATE_CHUNKING = typer.Option(
+    False, "--late-chunking",
+    help="With --chunk-tokens: run each text through the model whole (up to the max length; longer texts as "
+         "several runs of whole windows) and pool each window's tokens from it, so every window's vector sees "
+         "its whole text. Needs a mean or last-token pooling model.")
 DEVICE = typer.Option("auto", "--device", callback=check_device,
                       help="auto (CUDA when available, else the CPU), cpu, cuda or cuda:N.")
 NPROBE = typer.Option(None, "--nprobe", help="IVF indexes: inverted lists visited per query (default: the one "

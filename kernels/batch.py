@@ -61,6 +61,9 @@ class Batch:
                 [start, end) in input_ids, non-empty and inside one real sequence; a sequence's spans
                 follow those of the sequences before it, may overlap and need not cover it. With spans,
                 a step returns a row per span, in this order, instead of a row per sequence.
+    token_type_ids: None (type 0 everywhere: every embedding batch), or [num_tokens_padded] int64, each token's
+                segment, as input_ids (a cross-encoder's pairs `[CLS] q [SEP] d [SEP]`: 0 for `[CLS] q [SEP]`, 1
+                after); padding tokens are 0.
     """
 
     input_ids: torch.Tensor
@@ -69,6 +72,7 @@ class Batch:
     num_tokens: int  # real tokens
     tags: list = field(default_factory=list)  # caller's per-sequence bookkeeping, untouched here
     span_bounds: torch.Tensor | None = None
+    token_type_ids: torch.Tensor | None = None
 
     @property
     def key(self) -> tuple[int, int]:
@@ -100,11 +104,13 @@ class Batch:
 
 
 def pack(sequences: Sequence[Sequence[int]], policy: BucketPolicy | None = None, pad_token_id: int = 0,
-         tags: list | None = None, spans: Sequence[Sequence[tuple[int, int]]] | None = None) -> Batch:
+         tags: list | None = None, spans: Sequence[Sequence[tuple[int, int]]] | None = None,
+         token_types: Sequence[Sequence[int]] | None = None) -> Batch:
     """Lay token-id sequences end to end; with a policy, pad to its buckets.
 
     spans (late chunking): per sequence, at least one (start, end) within it, 0 <= start < end <= its
-    length; they become the batch's span_bounds, absolute and in this order. Raises ValueError otherwise.
+    length; they become the batch's span_bounds, absolute and in this order. token_types: per sequence, a
+    type per token; they become the batch's token_type_ids, laid out as the ids. Raises ValueError otherwise.
     """
     if not sequences:
         raise ValueError("cannot pack an empty batch")
@@ -123,8 +129,19 @@ def pack(sequences: Sequence[Sequence[int]], policy: BucketPolicy | None = None,
     cu[0] = 0
     cu[1:num_seqs + 1] = np.cumsum(lengths)
     span_bounds = None if spans is None else _absolute_spans(spans, lengths, cu[:num_seqs])
+    types = None if token_types is None else _packed_types(token_types, lengths, padded_tokens)
     return Batch(torch.from_numpy(ids), torch.from_numpy(cu), num_seqs, num_tokens, [] if tags is None else tags,
-                 span_bounds)
+                 span_bounds, types)
+
+
+def _packed_types(token_types: Sequence[Sequence[int]], lengths: np.ndarray, padded_tokens: int) -> torch.Tensor:
+    """Per-sequence token types -> [padded_tokens] int64, laid out as pack lays the ids (padding: type 0)."""
+    type_lengths = np.fromiter((len(t) for t in token_types), dtype=np.int64, count=len(token_types))
+    if len(type_lengths) != len(lengths) or (type_lengths != lengths).any():
+        raise ValueError("token_types: one type per token of each sequence")
+    types = np.zeros(padded_tokens, dtype=np.int64)
+    types[: int(lengths.sum())] = np.concatenate([np.asarray(t, dtype=np.int64) for t in token_types])
+    return torch.from_numpy(types)
 
 
 def _absolute_spans(spans: Sequence[Sequence[tuple[int, int]]], lengths: np.ndarray, starts: np.ndarray
@@ -147,14 +164,19 @@ def _absolute_spans(spans: Sequence[Sequence[tuple[int, int]]], lengths: np.ndar
 
 
 def split_in_halves(batch: Batch, policy: BucketPolicy | None = None, pad_token_id: int = 0) -> tuple[Batch, Batch]:
-    """The batch's first and second half of sequences (num_seqs >= 2), each packed anew with its tags and
-    spans: the halves' rows, one after the other, are the batch's."""
+    """The batch's first and second half of sequences (num_seqs >= 2), each packed anew with its tags, spans
+    and token types: the halves' rows, one after the other, are the batch's."""
     if batch.num_seqs < 2:
         raise ValueError("a batch of one sequence cannot be split")
-    bounds = batch.cu_seqlens[: batch.num_seqs + 1].tolist()
-    sequences = [batch.input_ids[start:end] for start, end in zip(bounds[:-1], bounds[1:])]
+    bounds = list(zip(batch.cu_seqlens[: batch.num_seqs].tolist(), batch.cu_seqlens[1: batch.num_seqs + 1].tolist()))
+    sequences = [batch.input_ids[start:end] for start, end in bounds]
+    types = None if batch.token_type_ids is None else [batch.token_type_ids[start:end] for start, end in bounds]
     half = batch.num_seqs // 2
     spans = batch.relative_spans()
-    first, second = (None, None) if spans is None else (spans[:half], spans[half:])
-    return (pack(sequences[:half], policy, pad_token_id, batch.tags[:half], first),
-            pack(sequences[half:], policy, pad_token_id, batch.tags[half:], second))
+
+    def halves(per_sequence):
+        return (None, None) if per_sequence is None else (per_sequence[:half], per_sequence[half:])
+
+    (first_spans, second_spans), (first_types, second_types) = halves(spans), halves(types)
+    return (pack(sequences[:half], policy, pad_token_id, batch.tags[:half], first_spans, first_types),
+            pack(sequences[half:], policy, pad_token_id, batch.tags[half:], second_spans, second_types))

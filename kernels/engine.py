@@ -1,4 +1,5 @@
-"""The engine: a model, an attention backend and a pooler behind `step(batch) -> LazyTensor`."""
+"""The engine: a model, an attention backend and a pooler (or a reranker's score head) behind
+`step(batch) -> LazyTensor`."""
 from __future__ import annotations
 
 import time
@@ -12,10 +13,10 @@ from embedpipe.kernels.batch import Batch, BucketPolicy, pack
 from embedpipe.kernels.graph_cache import GraphConfig, GraphCounters
 from embedpipe.kernels.lazy_tensor import LazyTensor
 from embedpipe.kernels.models.loader import attention_spec, load_model
-from embedpipe.kernels.models.model_folder import ModelFolder, read_model_folder
+from embedpipe.kernels.models.model_folder import TASKS, ModelFolder, read_model_folder
 from embedpipe.kernels.ops import make_ops
 from embedpipe.kernels.output_dtypes import output_dtype
-from embedpipe.kernels.pooling import OutputSpec, Pooler
+from embedpipe.kernels.pooling import OutputSpec, Pooler, ScoreHead
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 ATTENTION_BACKENDS = ("auto", "flashinfer", "fa2", "fa3", "torch-varlen", "torch")
@@ -39,8 +40,17 @@ class EngineConfig:
     # and one more. The index job's 3: with MiniLM's ~1.6 ms batches, 2 left the H200 idle whenever the feeding
     # thread took longer than one batch between two steps (receiving a chunk, a slow wake-up)
     max_in_flight: int = 3
+    # "embed": a pooled vector a sequence; "score": a reranker's relevance score a sequence (output [num_seqs, 1]
+    # float32; pooling, normalize, dim and output_dtype do not apply)
+    task: str = "embed"
 
     def __post_init__(self):
+        if self.task not in TASKS:
+            raise ValueError(f"task must be one of {', '.join(TASKS)}, not {self.task!r}")
+        if self.task == "score" and (self.pooling, self.normalize, self.dim, self.output_dtype) != (None, None, None,
+                                                                                                   "float32"):
+            raise ValueError("a reranker outputs one float32 score a sequence: pooling, normalize, dim and "
+                             "output_dtype do not apply")
         if self.dtype is not None and self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, not {self.dtype!r}")
         output_dtype(self.output_dtype)  # raises for an unknown name
@@ -85,11 +95,14 @@ class ModelSpec:
     """What an engine of a config outputs, read from the model folder without loading weights."""
 
     folder: ModelFolder
-    output: OutputSpec
+    output: OutputSpec  # a reranker's: width 1, float32, pooled on the token its head scores
 
 
 def model_spec(config: EngineConfig) -> ModelSpec:
     """Raises ModelLoadError for a bad folder, ValueError for a setting the model cannot take (dim)."""
+    if config.task == "score":
+        folder = read_model_folder(config.model, task="score")
+        return ModelSpec(folder, OutputSpec(folder.pooling, False, 1, "float32"))
     folder = read_model_folder(config.model, config.pooling)
     hidden = folder.hidden_size
     if config.dim is not None and config.dim > hidden:
@@ -113,14 +126,20 @@ class Engine:
         self.attn = self._attention()
         self.ops = make_ops(self.device)  # chosen once, shared by the engine, the model and the pooler
         self.model = load_model(self.folder, self.attn, self.ops, self.device, self.dtype)
-        self.pooler = Pooler(self.output, self.ops).to(self.device)
+        self.pooler = self._output_head()
         self.runner = None
         self.warm_up_s: float | None = None
         if self.device.type == "cuda":
             from embedpipe.kernels.cuda.runner import CudaRunner
             self.runner = CudaRunner(self.forward, self.forward_spans, self.attn, self.device, config.graphs,
                                      self.output.torch_dtype, self.output.width, config.spin_wait,
-                                     config.max_in_flight)
+                                     config.max_in_flight, self.folder.takes_token_types)
+
+    def _output_head(self):
+        """The Pooler of an embedding model; a reranker's ScoreHead over its model's `score`."""
+        if self.folder.scorer is None:
+            return Pooler(self.output, self.ops).to(self.device)
+        return ScoreHead(self.output, self.model.score, self.folder.scorer.activation, self.ops)
 
     def _attention(self):
         spec = attention_spec(self.folder)
@@ -181,11 +200,11 @@ class Engine:
     def counters(self) -> GraphCounters:
         return self.runner.counters if self.runner is not None else GraphCounters()
 
-    def forward(self, input_ids, cu_seqlens) -> torch.Tensor:
-        """input_ids [num_tokens_padded], cu_seqlens [num_seqs_padded + 1] on the device -> [num_seqs_padded,
-        output.width]."""
+    def forward(self, input_ids, cu_seqlens, token_type_ids=None) -> torch.Tensor:
+        """input_ids [num_tokens_padded], cu_seqlens [num_seqs_padded + 1], token_type_ids None or as input_ids (a
+        model that takes them: folder.takes_token_types) on the device -> [num_seqs_padded, output.width]."""
         positions, seq_ids = self.ops.token_layout(cu_seqlens, input_ids.shape[0])
-        hidden = self.model(input_ids, positions)
+        hidden = self.model(input_ids, positions, token_type_ids)
         return self.pooler(hidden, cu_seqlens, seq_ids)
 
     def forward_spans(self, input_ids, cu_seqlens, span_bounds) -> torch.Tensor:
@@ -196,14 +215,22 @@ class Engine:
 
     @torch.inference_mode()
     def step(self, batch: Batch) -> LazyTensor:
-        """Embeds one packed batch; the handle's result() is [batch.num_rows, output.width]: a row per sequence,
-        or with span_bounds (late chunking) a row per span, in order. Raises ValueError for spans of a model
-        that pools by CLS (OutputSpec.check_span_pooling), before anything runs."""
-        if batch.span_bounds is not None:
-            self.output.check_span_pooling()
+        """Embeds (or a reranker: scores) one packed batch; the handle's result() is [batch.num_rows, output.width]: a
+        row per sequence, or with span_bounds (late chunking) a row per span, in order. Raises ValueError, before
+        anything runs, for what the model cannot take: spans of a model that pools by CLS
+        (OutputSpec.check_span_pooling) or of a reranker, token types for a model without them."""
+        self._check(batch)
         if self.runner is not None:
             return self.runner.step(batch)
         self.attn.plan(batch.cu_seqlens, batch.num_seqs)
         if batch.span_bounds is not None:
             return LazyTensor(self.forward_spans(batch.input_ids, batch.cu_seqlens, batch.span_bounds))
-        return LazyTensor(self.forward(batch.input_ids, batch.cu_seqlens)[: batch.num_seqs])
+        return LazyTensor(self.forward(batch.input_ids, batch.cu_seqlens, batch.token_type_ids)[: batch.num_seqs])
+
+    def _check(self, batch: Batch) -> None:
+        if batch.span_bounds is not None:
+            if self.folder.scorer is not None:
+                raise ValueError("a reranker scores whole sequences; late chunking's spans do not apply")
+            self.output.check_span_pooling()
+        if batch.token_type_ids is not None and not self.folder.takes_token_types:
+            raise ValueError(f"the model {self.config.model} takes no token types (only a BERT cross-encoder does)")

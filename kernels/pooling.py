@@ -2,11 +2,13 @@
 
 All of it runs on the device inside the forward pass (and so inside a CUDA graph), in float32;
 `ops.pool` (kernels/ops.py) pools, truncates and normalises. Late chunking pools token spans of a
-sequence instead (`ops.pool_spans`), then truncates, normalises and quantises the same way.
+sequence instead (`ops.pool_spans`), then truncates, normalises and quantises the same way. A reranker's
+engine scores instead (ScoreHead): the same pooling picks each sequence's CLS or last token for its head.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 from torch import nn
@@ -16,6 +18,9 @@ from embedpipe.kernels.output_dtypes import output_dtype
 # poolings that mean something for a span of a sequence: CLS pools the sequence's first token, which no
 # window but the first holds
 SPAN_POOLINGS = ("mean", "lasttoken")
+# a reranker's activation on its head's logit (model_folder.SCORE_ACTIVATIONS names them)
+SCORE_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"sigmoid": torch.sigmoid,
+                                                                        "identity": lambda logits: logits}
 
 
 @dataclass(frozen=True)
@@ -83,3 +88,19 @@ class Pooler(nn.Module):
             bits = (x >= 0).view(x.shape[0], -1, 8).to(torch.uint8)
             return (bits * self.bit_weights).sum(-1, dtype=torch.uint8)
         return x.to(self.spec.torch_dtype)
+
+
+class ScoreHead(nn.Module):
+    """A reranker's output: hidden [num_tokens, hidden] -> [num_seqs_padded, 1] float32 scores. Each sequence's one
+    token (spec.pooling: "cls" or "lasttoken", picked by ops.pool as a Pooler picks it) goes through the model's
+    `score(pooled [rows, hidden] float32) -> logits [rows, 1]`, then the activation; no other token reaches the
+    head (Qwen3-Reranker's lm_head never runs over every token or the whole vocabulary)."""
+
+    def __init__(self, spec: OutputSpec, score: Callable[[torch.Tensor], torch.Tensor], activation: str, ops):
+        super().__init__()
+        self.spec, self.score, self.ops = spec, score, ops
+        self.activation = SCORE_ACTIVATIONS[activation]
+
+    def forward(self, hidden: torch.Tensor, cu_seqlens: torch.Tensor, seq_ids: torch.Tensor) -> torch.Tensor:
+        pooled = self.ops.pool(hidden, cu_seqlens, seq_ids, self.spec.pooling, hidden.shape[1], False)
+        return self.activation(self.score(pooled))

@@ -17,9 +17,13 @@ from embedpipe.kernels.engine import Engine, EngineConfig
 from embedpipe.kernels.models.model_folder import ModelLoadError
 from embedpipe.kernels.output_dtypes import output_dtype
 from embedpipe.pipeline.batching.batcher import BatcherConfig
-from embedpipe.pipeline.batching.embed import embed_token_ids, embed_texts
+from embedpipe.pipeline.batching.embed import embed_token_ids, embed_texts, embed_windows
+from embedpipe.pipeline.batching.rerank import Scored, score_documents
 from embedpipe.pipeline.config import ConfigError, IndexOptions, JobConfig, job_config
 from embedpipe.pipeline.serve.query import load_index, query_embedder
+from embedpipe.pipeline.text.chunking import ChunkConfig
+from embedpipe.pipeline.text.late_chunking import chunker_of
+from embedpipe.pipeline.text.pairs import make_pair_tokenizer
 from embedpipe.pipeline.text.tokenizer import make_tokenizer
 from embedpipe.pipeline.index import tokenize_job
 from embedpipe.pipeline.index.job import JobResult, LocalEngine, OpenEmbedder, run_job
@@ -109,6 +113,40 @@ class TextEmbedder:
             raise ConfigError("inputs must be texts or non-empty token-id lists, not a mix")
         return embed_token_ids(self.engine, ids, batching)
 
+    def encode_windows(self, texts, chunk_tokens: int, chunk_overlap: int = 0, chunk_on: str = "token",
+                       late_chunking: bool = False, batch_tokens: int | None = None) -> EmbeddedWindows:
+        """The texts cut into windows (`embed --chunk-tokens`), each embedded; or with late_chunking, each pooled
+        from one pass over its whole text (`--late-chunking`)."""
+        texts = [texts] if isinstance(texts, str) else list(texts)
+        if not all(isinstance(text, str) for text in texts):
+            raise ConfigError("encode_windows takes texts, not token ids")
+        try:
+            cutter = chunker_of(self.tokenizer, ChunkConfig(chunk_tokens, chunk_overlap, chunk_on, late_chunking))
+            if late_chunking:
+                self.engine.output.check_span_pooling()
+        except ValueError as error:
+            raise ConfigError(str(error)) from error
+        batching = self.batching if batch_tokens is None else _batching(batch_tokens)
+        vectors, cut = embed_windows(self.engine, cutter, texts, batching)
+        return EmbeddedWindows(vectors, cut.rows, cut.chunk, cut.char_start, cut.char_end, cut.texts)
+
+
+@dataclasses.dataclass(frozen=True)
+class EmbeddedWindows:
+    """Embedder.encode_windows' result: window w is texts[text_index[w]][char_start[w]:char_end[w]] (its text:
+    texts[w]), that text's chunk[w]-th window. vectors [W, width]; text_index, char_start, char_end [W] int64;
+    chunk [W] int32."""
+
+    vectors: np.ndarray
+    text_index: np.ndarray
+    chunk: np.ndarray
+    char_start: np.ndarray
+    char_end: np.ndarray
+    texts: list[str]
+
+    def __len__(self) -> int:
+        return len(self.vectors)
+
 
 def _batching(batch_tokens: int | None) -> BatcherConfig:
     if batch_tokens is None:
@@ -169,3 +207,22 @@ class IndexSearch:
             raise ConfigError(f"query vectors have {vectors.shape[1]} columns; the index's {meta['dtype']} vectors "
                               f"have {dtype.width(meta['dimension'])}")
         return vectors
+
+
+class TextReranker:
+    """embedpipe.Reranker's engine (task "score") and pair tokenizer; settings it cannot take raise ConfigError."""
+
+    def __init__(self, model: str, device: str, max_length: int | None, batch_tokens: int | None,
+                 instruction: str | None):
+        try:
+            self.engine = Engine(EngineConfig(model=model, device=device, task="score"))
+            self.tokenizer = make_pair_tokenizer(self.engine, max_length, instruction)
+            self.batching = _batching(batch_tokens)
+        except (ModelLoadError, ValueError, RuntimeError) as error:  # RuntimeError: a malformed device name
+            raise ConfigError(str(error)) from error
+
+    def score(self, query: str, documents, truncate: bool = True) -> Scored:
+        if not isinstance(query, str) or isinstance(documents, str) or \
+                not all(isinstance(document, str) for document in documents):
+            raise ConfigError("rerank takes a query text and a list of document texts")
+        return score_documents(self.engine, self.tokenizer, query, list(documents), self.batching, truncate)

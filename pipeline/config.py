@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from embedpipe.kernels.engine import EngineConfig
     from embedpipe.pipeline.batching.batcher import BatcherConfig
     from embedpipe.pipeline.inputs.sources import ColumnSpec
+    from embedpipe.pipeline.text.chunking import ChunkConfig
 
 BAD_ROW_POLICIES = ("skip", "fail")
 # On the CPU, torch already runs on every core: tokenizer processes would only contend with it,
@@ -71,6 +72,10 @@ class IndexOptions:
     prompt: str | None = None
     prompt_name: str | None = None
     max_length: int | None = None  # tokens per text, below the model's max_seq_length; None: that
+    chunk_tokens: int | None = None  # cut each text into windows of at most this many tokens; None: cut it off
+    chunk_overlap: int | None = None  # tokens a window repeats of the one before; None: 0
+    chunk_on: str | None = None  # where a window ends: "token" (a word boundary) or "sentence"; None: token
+    late_chunking: bool = False  # pool each window from one pass over its whole text (needs chunk_tokens)
     text_column: str = "text"
     token_ids_column: str | None = None  # embed these token ids (pre-tokenised input) instead of the text
     id_column: str | None = None  # None: `id` when the input has it, else FILE:ROW
@@ -115,6 +120,7 @@ class JobConfig:
     prompt: str | None = None
     prompt_name: str | None = None
     max_length: int | None = None  # tokens per text (make_tokenizer); None: the model's max_seq_length
+    chunking: ChunkConfig | None = None  # each text cut into windows, one output row each; None: one row per text
     devices: DeviceSpec | None = None  # None: one engine in this process, on engine.device
     ray_address: str | None = None  # run the engines on this Ray cluster
 
@@ -226,7 +232,30 @@ def job_config(options: IndexOptions) -> JobConfig:
         index_factory=o.index_factory or output_dtype(o.dtype).default_index_factory,
         shard_index=o.shard_index or 0, num_shards=o.num_shards or 1, on_bad_row=o.on_bad_row,
         skip_bad_files=o.skip_bad_files, overwrite=o.overwrite, prune=o.prune, quiet=o.quiet, prompt=o.prompt,
-        prompt_name=o.prompt_name, max_length=o.max_length, devices=devices, ray_address=o.ray)
+        prompt_name=o.prompt_name, max_length=o.max_length, chunking=_chunking(o), devices=devices, ray_address=o.ray)
+
+
+def _chunking(o: IndexOptions) -> ChunkConfig | None:
+    """The job's windows (chunk_config); pre-tokenised input has none to cut."""
+    if o.chunk_tokens is not None and o.token_ids_column is not None:
+        raise ConfigError("--chunk-tokens cuts texts at their characters; it cannot cut --token-ids-column's token ids")
+    return chunk_config(o.chunk_tokens, o.chunk_overlap, o.chunk_on, o.late_chunking)
+
+
+def chunk_config(tokens: int | None, overlap: int | None, on: str | None, late: bool = False) -> ChunkConfig | None:
+    """--chunk-tokens with --chunk-overlap, --chunk-on (None: each not given) and --late-chunking; None without
+    --chunk-tokens. Raises ConfigError for values ChunkConfig refuses, or the others alone."""
+    from embedpipe.pipeline.text.chunking import ChunkConfig
+
+    if tokens is None:
+        if overlap is not None or on is not None or late:
+            raise ConfigError("--chunk-overlap, --chunk-on and --late-chunking shape the windows of --chunk-tokens; "
+                              "give it too")
+        return None
+    try:
+        return ChunkConfig(tokens, overlap or 0, on or "token", bool(late))
+    except ValueError as error:
+        raise ConfigError(str(error)) from error
 
 
 def _device_spec(o: IndexOptions) -> DeviceSpec | None:

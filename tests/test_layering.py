@@ -32,7 +32,7 @@ RULES: dict[str, tuple[list[str], set[str]]] = {
     f"{P}.output": ([f"{P}.output", f"{P}.inputs", f"{P}.util", f"{K}.output_dtypes", *GROUND],
                     {"pyarrow", "numpy", "faiss", "lancedb"}),  # lancedb: the export destination (an extra)
     f"{P}.batching": ([f"{P}.batching", f"{P}.text", K, *GROUND], {"numpy", "torch"}),
-    f"{P}.config": ([f"{P}.batching", f"{P}.inputs", K, *GROUND], set()),
+    f"{P}.config": ([f"{P}.batching", f"{P}.text", f"{P}.inputs", K, *GROUND], set()),  # text: ChunkConfig
     f"{P}.index": ([f"{P}.index", f"{P}.config", f"{P}.batching", f"{P}.text", f"{P}.inputs", f"{P}.output",
                     f"{P}.util", K, *GROUND], {"numpy", "pyarrow", "torch"}),
     f"{P}.scale": ([f"{P}.scale", f"{P}.index", f"{P}.config", f"{P}.batching", f"{P}.text", f"{P}.inputs",
@@ -42,7 +42,7 @@ RULES: dict[str, tuple[list[str], set[str]]] = {
     f"{P}.verify": ([f"{P}.verify", f"{P}.inputs", f"{P}.output", f"{K}.output_dtypes", *GROUND],
                     {"numpy", "pyarrow", "faiss"}),
     f"{P}.api": ([P, K], {"numpy"}),
-    "embedpipe": ([f"{P}.api", f"{P}.errors", f"{P}.output.lock"], set()),  # the Python API: a face over api.py, loading no torch
+    "embedpipe": ([f"{P}.api", f"{P}.errors", f"{P}.output.lock", "embedpipe.reranker"], set()),  # the Python API: a face over api.py, loading no torch
     "embedpipe.cli": (["embedpipe"], {"typer", "click"}),
 }
 NEVER_TORCH = [f"{P}.text", f"{P}.inputs", f"{P}.output", f"{P}.verify", f"{P}.util", f"{K}.output_dtypes"]

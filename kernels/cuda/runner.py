@@ -8,7 +8,9 @@ pooled rows into a pinned output buffer. `step()` returns a LazyTensor at once.
 Reused buffers are guarded: a pinned staging or output slot is reused only after the device has
 finished reading or writing it (events), and a slot's previous LazyTensor is resolved first.
 
-Batches with spans (late chunking) always run eagerly, through the same staging, plan and download.
+Batches with spans (late chunking) always run eagerly, through the same staging, plan and download. An engine
+whose model takes token types (a BERT cross-encoder) stages them after cu_seqlens in every batch (zeros for a batch
+without them), so its graphs read them from their static buffer; an embedding engine stages none.
 """
 from __future__ import annotations
 
@@ -50,24 +52,41 @@ class PinnedSlots:
         return slot, self.buffers[slot][:rows]
 
 
-def stage_inputs(batch: Batch, out: torch.Tensor) -> None:
-    """Writes [input_ids | cu_seqlens] (int32) into `out` (positions and slots are computed on the device)."""
-    num_tokens = batch.input_ids.shape[0]
+def stage_inputs(batch: Batch, out: torch.Tensor, token_types: bool = False) -> None:
+    """Writes [input_ids | cu_seqlens] (int32) into `out` (positions and slots are computed on the device), and with
+    token_types [input_ids | cu_seqlens | token_type_ids] (a batch without types: zeros)."""
+    num_tokens, end_cu = cu_span(batch)
     view = out.numpy()
     view[:num_tokens] = batch.input_ids.numpy()
-    view[num_tokens:] = batch.cu_seqlens.numpy()
+    view[num_tokens:end_cu] = batch.cu_seqlens.numpy()
+    if token_types:
+        view[end_cu:] = 0 if batch.token_type_ids is None else batch.token_type_ids.numpy()
+
+
+def cu_span(batch: Batch) -> tuple[int, int]:
+    """Where cu_seqlens lies in the staged inputs: [num_tokens, end)."""
+    num_tokens, num_slots = batch.key
+    return num_tokens, num_tokens + num_slots + 1
+
+
+def staged_size(batch: Batch, token_types: bool) -> int:
+    """int32 values stage_inputs writes for the batch."""
+    num_tokens, end_cu = cu_span(batch)
+    return end_cu + (num_tokens if token_types else 0)
 
 
 class CudaRunner:
-    """forward(ids, cu_seqlens) -> [num_slots, width] on the device, run lazily; forward_spans(ids, cu_seqlens,
-    span_bounds) -> [num_spans, width] for batches with spans."""
+    """forward(ids, cu_seqlens, token_type_ids | None) -> [num_slots, width] on the device, run lazily;
+    forward_spans(ids, cu_seqlens, span_bounds) -> [num_spans, width] for batches with spans. token_types: whether
+    forward takes token types (staged in every batch)."""
 
     def __init__(self, forward: Callable, forward_spans: Callable, attn: AttentionBackend, device: torch.device,
                  graphs: GraphConfig, out_dtype: torch.dtype, out_width: int, spin_wait: bool = True,
-                 max_in_flight: int = 3):
+                 max_in_flight: int = 3, token_types: bool = False):
         if not attn.graph_safe:
             graphs = GraphConfig(enabled=False)
         self.forward, self.forward_spans, self.attn, self.device = forward, forward_spans, attn, device
+        self.token_types = token_types
         self.graphs = GraphCache(graphs)
         self.pool = torch.cuda.graph_pool_handle()
         # a blocking event makes a waiting host thread sleep instead of spin (EngineConfig.spin_wait)
@@ -92,14 +111,14 @@ class CudaRunner:
     def step(self, batch: Batch) -> LazyTensor:
         if batch.span_bounds is not None:
             return self._step_spans(batch)
-        num_tokens, num_slots = batch.key
-        slot, host = self.staging.take(num_tokens + num_slots + 1)
-        stage_inputs(batch, host)
+        num_tokens, end_cu = cu_span(batch)
+        slot, host = self.staging.take(staged_size(batch, self.token_types))
+        stage_inputs(batch, host, self.token_types)
 
         def eager():
             inputs = host.to(self.device, non_blocking=True)
-            self.attn.plan(host[num_tokens:], batch.num_seqs, None, inputs[num_tokens:])
-            return self._forward(inputs, num_tokens)
+            self.attn.plan(host[num_tokens:end_cu], batch.num_seqs, None, inputs[num_tokens:end_cu])
+            return self._forward(inputs, batch)
 
         key = self.attn.graph_key(batch)
         out = self.graphs.run(key, eager, lambda: self._capture(batch, host, key), lambda e: self._replay(batch, host, key, e))
@@ -111,8 +130,7 @@ class CudaRunner:
         documents (thousands of tokens each), so the launches that a graph saves are a small part of its time,
         and its span count, which a graph would fix, varies from batch to batch. Staged in one pinned copy,
         [input_ids | cu_seqlens | span_bounds]; attention is planned for the documents, as for any batch."""
-        num_tokens, num_slots = batch.key
-        end_cu = num_tokens + num_slots + 1
+        num_tokens, end_cu = cu_span(batch)
         slot, host = self.staging.take(end_cu + 2 * batch.num_spans)
         stage_inputs(batch, host[:end_cu])
         host[end_cu:].view(-1, 2).copy_(batch.span_bounds)
@@ -123,24 +141,28 @@ class CudaRunner:
         self.graphs.counters.eager += 1
         return self._download(out, batch.num_spans)
 
-    def _forward(self, inputs: torch.Tensor, num_tokens: int) -> torch.Tensor:
-        return self.forward(inputs[:num_tokens], inputs[num_tokens:])
+    def _forward(self, inputs: torch.Tensor, batch: Batch) -> torch.Tensor:
+        """inputs: the staged [input_ids | cu_seqlens (| token_type_ids)] on the device."""
+        num_tokens, end_cu = cu_span(batch)
+        types = inputs[end_cu:] if self.token_types else None
+        return self.forward(inputs[:num_tokens], inputs[num_tokens:end_cu], types)
 
     def _capture(self, batch: Batch, host: torch.Tensor, key: tuple):
         """Captures the forward pass for this batch's key; returns (graph, static inputs, static output)."""
-        num_tokens = batch.key[0]
+        num_tokens, end_cu = cu_span(batch)
         inputs_buf = torch.empty_like(host, device=self.device)
         inputs_buf.copy_(host, non_blocking=True)
-        self.attn.plan(host[num_tokens:], batch.num_seqs, key, inputs_buf[num_tokens:])
+        self.attn.plan(host[num_tokens:end_cu], batch.num_seqs, key, inputs_buf[num_tokens:end_cu])
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self.pool):
-            out_buf = self._forward(inputs_buf, num_tokens)
+            out_buf = self._forward(inputs_buf, batch)
         return graph, inputs_buf, out_buf
 
     def _replay(self, batch: Batch, host: torch.Tensor, key: tuple, entry) -> torch.Tensor:
         graph, inputs_buf, out_buf = entry
+        num_tokens, end_cu = cu_span(batch)
         inputs_buf.copy_(host, non_blocking=True)
-        self.attn.plan(host[batch.key[0]:], batch.num_seqs, key, inputs_buf[batch.key[0]:])
+        self.attn.plan(host[num_tokens:end_cu], batch.num_seqs, key, inputs_buf[num_tokens:end_cu])
         graph.replay()
         return out_buf
 

@@ -1,13 +1,15 @@
-"""BERT family (all-MiniLM, BGE, E5) and (XLM-)RoBERTa: post-LayerNorm encoders, absolute positions.
+"""BERT family (all-MiniLM, BGE, E5) and (XLM-)RoBERTa: post-LayerNorm encoders, absolute positions; and their
+cross-encoders (`*ForSequenceClassification`: a classifier head on the CLS token).
 
 Parameter names follow the Hugging Face checkpoints; query/key/value load into one fused `qkv`.
 """
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 from embedpipe.kernels.attention import AttentionBackend, AttentionSpec
-from embedpipe.kernels.models.layers import Embedding, LayerNorm, PackedLinear, activation
+from embedpipe.kernels.models.layers import Embedding, LayerNorm, PackedLinear, activation, float32_linear
 
 
 class BertEmbeddings(nn.Module):
@@ -127,3 +129,73 @@ class XLMRobertaModel(BertModel):
 
     def __init__(self, cfg: dict, attn: AttentionBackend, ops):
         super().__init__(cfg, attn, ops, position_offset=int(cfg.get("pad_token_id", 1)) + 1)
+
+
+class BertPooler(nn.Module):
+    """`bert.pooler`: tanh(dense(CLS))."""
+
+    def __init__(self, hidden: int):
+        super().__init__()
+        self.dense = nn.Linear(hidden, hidden)
+
+    def forward(self, cls):
+        return torch.tanh(float32_linear(cls, self.dense))
+
+
+class BertCrossEncoder(nn.Module):
+    """BertForSequenceClassification: forward -> hidden [T, hidden] as BertModel's (with the pair's token types);
+    score(cls [rows, hidden] float32) -> logits [rows, 1]: classifier(pooler(CLS)). Dropout is off at inference."""
+
+    checkpoint_prefixes = ()  # the checkpoint's own names: bert.*, classifier.*
+    attention_spec = staticmethod(BertModel.attention_spec)
+
+    def __init__(self, cfg: dict, attn: AttentionBackend, ops):
+        super().__init__()
+        self.bert = BertModel(cfg, attn, ops)
+        self.bert.pooler = BertPooler(cfg["hidden_size"])
+        self.classifier = nn.Linear(cfg["hidden_size"], 1)
+
+    @classmethod
+    def from_folder(cls, folder, attn: AttentionBackend, ops):
+        return cls(folder.config, attn, ops)
+
+    def forward(self, input_ids, positions, token_type_ids=None):
+        return self.bert(input_ids, positions, token_type_ids)
+
+    def score(self, cls):
+        return float32_linear(self.bert.pooler(cls), self.classifier)
+
+
+class RobertaClassificationHead(nn.Module):
+    """`classifier` of (XLM-)RoBERTa's sequence classification: out_proj(tanh(dense(CLS)))."""
+
+    def __init__(self, hidden: int):
+        super().__init__()
+        self.dense = nn.Linear(hidden, hidden)
+        self.out_proj = nn.Linear(hidden, 1)
+
+    def forward(self, cls):
+        return float32_linear(torch.tanh(float32_linear(cls, self.dense)), self.out_proj)
+
+
+class XLMRobertaCrossEncoder(nn.Module):
+    """(XLM-)RobertaForSequenceClassification (bge-reranker, mxbai-rerank): XLM-R layers, then
+    RobertaClassificationHead on CLS; score(cls [rows, hidden] float32) -> logits [rows, 1]."""
+
+    checkpoint_prefixes = ()  # roberta.*, classifier.*
+    attention_spec = staticmethod(BertModel.attention_spec)
+
+    def __init__(self, cfg: dict, attn: AttentionBackend, ops):
+        super().__init__()
+        self.roberta = XLMRobertaModel(cfg, attn, ops)
+        self.classifier = RobertaClassificationHead(cfg["hidden_size"])
+
+    @classmethod
+    def from_folder(cls, folder, attn: AttentionBackend, ops):
+        return cls(folder.config, attn, ops)
+
+    def forward(self, input_ids, positions, token_type_ids=None):
+        return self.roberta(input_ids, positions, token_type_ids)
+
+    def score(self, cls):
+        return self.classifier(cls)

@@ -21,6 +21,13 @@ def activation(name: str):
     return ACTIVATIONS[name]
 
 
+def float32_linear(x: torch.Tensor, layer: nn.Module) -> torch.Tensor:
+    """A scoring head's matmul in float32 (x: pooled float32 rows; layer: an nn.Linear or CheckpointRows): a score's
+    last digits order the documents, and a head is a few rows per sequence, nothing beside the encoder."""
+    bias = None if getattr(layer, "bias", None) is None else layer.bias.float()
+    return F.linear(x, layer.weight.float(), bias)
+
+
 class PackedLinear(nn.Linear):
     """One matmul for several checkpoint projections (q/k/v, gate/up), stacked on the output dim.
 
@@ -35,6 +42,17 @@ class PackedLinear(nn.Linear):
             offsets[name] = (start, size)
             start += size
         self.shards = offsets
+
+
+class CheckpointRows(nn.Module):
+    """A few rows of a checkpoint matrix: `weight` [len(rows), in_features] is rows `rows` of the checkpoint tensor
+    named `source` (the loader selects them). Qwen3-Reranker's head is the "no" and "yes" rows of lm_head.weight
+    [vocab, hidden]: the last token's two logits are two dot products, never the whole vocabulary's."""
+
+    def __init__(self, source: str, rows: tuple[int, ...], in_features: int):
+        super().__init__()
+        self.source, self.rows = source, tuple(rows)
+        self.weight = nn.Parameter(torch.empty(len(self.rows), in_features))
 
 
 class Embedding(nn.Embedding):

@@ -9,24 +9,37 @@ import torch
 from torch import nn
 
 from embedpipe.kernels.attention import AttentionBackend, AttentionSpec
-from embedpipe.kernels.models.layers import PackedLinear
-from embedpipe.kernels.models.model_folder import MODEL_FAMILIES, ModelFolder, ModelLoadError
+from embedpipe.kernels.models.layers import CheckpointRows, PackedLinear
+from embedpipe.kernels.models.model_folder import MODEL_FAMILIES, SCORER_FAMILIES, ModelFolder, ModelLoadError
 
 RENAMES = (("LayerNorm.gamma", "LayerNorm.weight"), ("LayerNorm.beta", "LayerNorm.bias"))
+# one state-dict tensor a checkpoint tensor fills: (its name, rows of a packed weight it fills or None, rows of the
+# checkpoint tensor it takes or None)
+Target = tuple[str, "tuple[int, int] | None", "tuple[int, ...] | None"]
 
 
 def model_class(model_type: str) -> type[nn.Module]:
     """The class that runs a model_type (model_folder.MODEL_FAMILIES, the one registry)."""
-    module, name = MODEL_FAMILIES[model_type]
+    return _import_class(*MODEL_FAMILIES[model_type])
+
+
+def folder_class(folder: ModelFolder) -> type[nn.Module]:
+    """The class that runs a folder: its reranker's (model_folder.SCORER_FAMILIES), else its model_type's."""
+    if folder.scorer is not None:
+        return _import_class(*SCORER_FAMILIES[folder.scorer.architecture])
+    return model_class(folder.model_type)
+
+
+def _import_class(module: str, name: str) -> type[nn.Module]:
     return getattr(importlib.import_module(f"{__package__}.{module}"), name)
 
 
 def attention_spec(folder: ModelFolder) -> AttentionSpec:
-    return model_class(folder.model_type).attention_spec(folder.config)
+    return folder_class(folder).attention_spec(folder.config)
 
 
 def build_model(folder: ModelFolder, attn: AttentionBackend, ops) -> nn.Module:
-    return model_class(folder.model_type).from_folder(folder, attn, ops)
+    return folder_class(folder).from_folder(folder, attn, ops)
 
 
 def load_model(folder: ModelFolder, attn: AttentionBackend, ops, device: torch.device, dtype: torch.dtype) -> nn.Module:
@@ -79,8 +92,10 @@ def _load_weights(model: nn.Module, folder: ModelFolder, targets: dict) -> set[s
                     name = _normalize_key(key, model)
                     if name not in targets:
                         continue
-                    param_name, rows = targets[name]
-                    _copy(params[param_name], rows, f.get_tensor(key), key, file)
+                    tensor = f.get_tensor(key)
+                    for param_name, rows, source_rows in targets[name]:
+                        taken = tensor if source_rows is None else tensor[list(source_rows)]
+                        _copy(params[param_name], rows, taken, key, file)
                     loaded.add(name)
         except SafetensorError as error:  # a truncated or damaged file
             raise ModelLoadError(f"{file} is not a readable safetensors file: {error}") from error
@@ -97,17 +112,21 @@ def _normalize_key(key: str, model: nn.Module) -> str:
     return key
 
 
-def _checkpoint_targets(model: nn.Module) -> dict[str, tuple[str, tuple[int, int] | None]]:
-    """Checkpoint name -> (state-dict name, rows of a packed weight or None), for every tensor needed."""
-    targets = {name: (name, None) for name in model.state_dict()}
+def _checkpoint_targets(model: nn.Module) -> dict[str, list[Target]]:
+    """Checkpoint name -> the tensors it fills, for every tensor needed. One checkpoint tensor may fill two (a tied
+    embedding: the embedding table and the rows of a head)."""
+    targets = {name: [(name, None, None)] for name in model.state_dict()}
     for module_name, module in model.named_modules():
+        if isinstance(module, CheckpointRows):
+            del targets[f"{module_name}.weight"]
+            targets.setdefault(module.source, []).append((f"{module_name}.weight", None, module.rows))
         if not isinstance(module, PackedLinear):
             continue
         parent = module_name.rsplit(".", 1)[0]
         for kind in ("weight", "bias") if module.bias is not None else ("weight",):
             del targets[f"{module_name}.{kind}"]
             for shard, rows in module.shards.items():
-                targets[f"{parent}.{shard}.{kind}"] = (f"{module_name}.{kind}", rows)
+                targets[f"{parent}.{shard}.{kind}"] = [(f"{module_name}.{kind}", rows, None)]
     return targets
 
 

@@ -13,7 +13,20 @@ from embedpipe.kernels.models.hf_cache import hub_snapshot, is_hub_id
 # without torch, to check a folder before anything loads; kernels/models/loader.py imports the class.
 MODEL_FAMILIES = {"bert": ("bert", "BertModel"), "roberta": ("bert", "XLMRobertaModel"),
                   "xlm-roberta": ("bert", "XLMRobertaModel"), "qwen3": ("qwen3", "Qwen3Model")}
+# Its rerankers (task "score"): config.json's architectures[0] -> the class that scores a sequence
+SCORER_FAMILIES = {"BertForSequenceClassification": ("bert", "BertCrossEncoder"),
+                   "XLMRobertaForSequenceClassification": ("bert", "XLMRobertaCrossEncoder"),
+                   "RobertaForSequenceClassification": ("bert", "XLMRobertaCrossEncoder"),
+                   "Qwen3ForCausalLM": ("qwen3", "Qwen3Reranker")}
 POOLING_MODES = ("mean", "cls", "lasttoken")
+TASKS = ("embed", "score")
+# sentence-transformers CrossEncoder's activation_fn (a dotted torch class name) -> the engine's name for it
+SCORE_ACTIVATIONS = {"Sigmoid": "sigmoid", "Identity": "identity"}
+# Qwen3-Reranker's model card (huggingface.co/Qwen/Qwen3-Reranker-0.6B, "Transformers Usage") scores pairs of up to
+# max_length = 8192 tokens, well below the model's positions
+QWEN3_RERANKER_MAX_LENGTH = 8192
+# the tokens whose last-token logits score a pair, P("yes") = softmax([no, yes])[1] (the same model card)
+RERANKER_LABEL_TOKENS = ("no", "yes")
 
 
 class ModelLoadError(Exception):
@@ -62,6 +75,16 @@ def _read_json(folder: Path, rel: str, required: bool = True) -> dict | list | N
         raise ModelLoadError(f"model folder {folder}: {rel} is not valid JSON ({e})") from e
 
 
+@dataclass(frozen=True)
+class ScorerSpec:
+    """How a reranker folder scores a (query, document) sequence: its head's logit on one token (a classifier's on
+    CLS, Qwen3-Reranker's log-odds of "yes" over "no" on the last), then the activation."""
+
+    architecture: str  # a key of SCORER_FAMILIES
+    activation: str  # "sigmoid" | "identity" (CrossEncoder's activation_fn; sigmoid by default, for one label)
+    label_token_ids: tuple[int, int] | None = None  # Qwen3-Reranker: the ids of RERANKER_LABEL_TOKENS
+
+
 @dataclass
 class ModelFolder:
     """Everything embedpipe needs from a model folder, read once."""
@@ -74,6 +97,13 @@ class ModelFolder:
     max_seq_length: int
     prompts: dict[str, str] = field(default_factory=dict)
     default_prompt_name: str | None = None
+    scorer: ScorerSpec | None = None  # a reranker's (read with task="score"); None: an embedding model
+
+    @property
+    def takes_token_types(self) -> bool:
+        """Whether the engine feeds the model token types: a cross-encoder with two segments (BERT's pairs). An
+        embedding model's are all 0, and XLM-R and Qwen3 have one type, so their engines stage none."""
+        return self.scorer is not None and int(self.config.get("type_vocab_size", 1)) > 1
 
     @property
     def tokenizer_file(self) -> Path:
@@ -109,14 +139,19 @@ class ModelFolder:
         return self.prompts[name]
 
 
-def read_model_folder(name: str, pooling: str | None = None) -> ModelFolder:
-    """Reads config.json and the sentence-transformers files of a model folder or short name."""
+def read_model_folder(name: str, pooling: str | None = None, task: str = "embed") -> ModelFolder:
+    """Reads config.json and the sentence-transformers files of a model folder or short name; task "score": a
+    reranker's folder (read_scorer_folder)."""
+    if task not in TASKS:
+        raise ValueError(f"task must be one of {', '.join(TASKS)}, not {task!r}")
     path = resolve_model_path(name)
     config = _read_json(path, "config.json")
     model_type = config.get("model_type")
     if model_type not in MODEL_FAMILIES:
         raise ModelLoadError(f"model folder {path}: config.json has model_type {model_type!r} "
                              f"(architectures {config.get('architectures')}); supported: {', '.join(MODEL_FAMILIES)}")
+    if task == "score":
+        return read_scorer_folder(path, config)
     modules = _read_json(path, "modules.json", required=pooling is None) or []
     pooling_mode, normalize = _read_modules(path, modules)
     st_config = _read_json(path, "sentence_bert_config.json", required=False) or {}
@@ -163,3 +198,59 @@ def _read_pooling(path: Path, rel: str) -> str:
     if cfg.get("include_prompt") is False:
         raise ModelLoadError(f"model folder {path}: {rel}/config.json sets include_prompt=false, which is not supported")
     return mode
+
+
+def read_scorer_folder(path: Path, config: dict) -> ModelFolder:
+    """A reranker: a `*ForSequenceClassification` cross-encoder of one label (pooled on CLS), or Qwen3-Reranker (a
+    Qwen3ForCausalLM folder without a Pooling module; pooled on the last token). Raises ModelLoadError otherwise."""
+    architecture = (config.get("architectures") or [None])[0]
+    if architecture not in SCORER_FAMILIES:
+        raise ModelLoadError(f"model folder {path} is not a reranker: config.json's architectures are "
+                             f"{config.get('architectures')}; rerankers are {', '.join(SCORER_FAMILIES)} folders")
+    causal = architecture.endswith("ForCausalLM")
+    if causal:
+        modules = _read_json(path, "modules.json", required=False) or []
+        if any(module.get("type", "").endswith("Pooling") for module in modules):
+            raise ModelLoadError(f"model folder {path} is an embedding model (modules.json has a Pooling module), "
+                                 "not a Qwen3-Reranker")
+        labels = _token_ids(path, RERANKER_LABEL_TOKENS)
+    else:
+        labels = None
+        num_labels = len(config.get("id2label") or {}) or 2  # transformers' default: 2
+        if num_labels != 1:
+            raise ModelLoadError(f"model folder {path}: the classifier has {num_labels} labels; a reranker's has one")
+    st_config = _read_json(path, "sentence_bert_config.json", required=False) or {}
+    default_length = QWEN3_RERANKER_MAX_LENGTH if causal else int(config.get("max_position_embeddings", 512))
+    max_len = int(st_config.get("max_seq_length") or default_length)
+    return ModelFolder(path=path, config=config, model_type=config["model_type"], pooling="lasttoken" if causal else "cls",
+                       normalize=False, max_seq_length=min(max_len, _max_positions(config)),
+                       scorer=ScorerSpec(architecture, _score_activation(path, config), labels))
+
+
+def _score_activation(path: Path, config: dict) -> str:
+    """sentence-transformers CrossEncoder's activation_fn, where its versions saved it: config_sentence_transformers.json
+    (v6), config.json's `sentence_transformers.activation_fn` (v4, v5) or `sbert_ce_default_activation_function`
+    (before); none: Sigmoid (CrossEncoder's default for one label, and for a causal model's yes/no log-odds)."""
+    st_config = _read_json(path, "config_sentence_transformers.json", required=False) or {}
+    name = st_config.get("activation_fn") or (config.get("sentence_transformers") or {}).get("activation_fn") \
+        or config.get("sbert_ce_default_activation_function") or "torch.nn.modules.activation.Sigmoid"
+    kind = name.rsplit(".", 1)[-1]
+    if kind not in SCORE_ACTIVATIONS:
+        raise ModelLoadError(f"model folder {path}: config.json asks for the activation {name!r}; supported: "
+                             f"{', '.join(SCORE_ACTIVATIONS)}")
+    return SCORE_ACTIVATIONS[kind]
+
+
+def _token_ids(path: Path, tokens: tuple[str, ...]) -> tuple[int, ...]:
+    """The ids of whole tokens in the folder's tokenizer.json, as transformers' convert_tokens_to_ids finds them
+    (its vocabulary, then its added tokens), read as JSON: the kernels never load the tokenizers library."""
+    tokenizer = _read_json(path, "tokenizer.json")
+    vocab = (tokenizer.get("model") or {}).get("vocab") or {}
+    if isinstance(vocab, list):  # Unigram: [piece, score] pairs, ids in order
+        vocab = {piece: i for i, (piece, _) in enumerate(vocab)}
+    vocab = {**vocab, **{added["content"]: added["id"] for added in tokenizer.get("added_tokens") or []}}
+    missing = [token for token in tokens if token not in vocab]
+    if missing:
+        raise ModelLoadError(f"model folder {path}: tokenizer.json has no token {missing[0]!r}, whose logit a "
+                             f"Qwen3-Reranker scores with")
+    return tuple(int(vocab[token]) for token in tokens)

@@ -1,4 +1,5 @@
-"""Qwen3 family: Qwen3-Embedding (causal, last-token) and pplx-embed (bidirectional, mean).
+"""Qwen3 family: Qwen3-Embedding (causal, last-token), pplx-embed (bidirectional, mean) and Qwen3-Reranker (causal,
+scored by the last token's "yes" / "no" logits).
 
 Pre-norm RMSNorm blocks, grouped-query attention with per-head q/k RMSNorm before RoPE, SwiGLU.
 Parameter names follow the Hugging Face checkpoints; q/k/v and gate/up load into fused matmuls.
@@ -9,7 +10,9 @@ from __future__ import annotations
 from torch import nn
 
 from embedpipe.kernels.attention import AttentionBackend, AttentionSpec
-from embedpipe.kernels.models.layers import Embedding, PackedLinear, RMSNorm, RotaryEmbedding
+from embedpipe.kernels.models.layers import (CheckpointRows, Embedding, PackedLinear, RMSNorm, RotaryEmbedding,
+                                             float32_linear)
+from embedpipe.kernels.models.model_folder import ModelLoadError
 
 
 def _head_dim(cfg: dict) -> int:
@@ -101,3 +104,27 @@ class Qwen3Model(nn.Module):
         for layer in self.layers:
             x, residual = layer(x, residual, positions, self.rotary, self.attn)
         return self.ops.add_rms_norm(x, residual, self.norm.weight, self.norm.eps)[0]
+
+
+class Qwen3Reranker(Qwen3Model):
+    """Qwen3-Reranker (a Qwen3ForCausalLM folder): Qwen3Model's hidden states, and score(last [rows, hidden]
+    float32) -> [rows, 1]: logit("yes") - logit("no") of each sequence's last token, through lm_head's two rows
+    (CheckpointRows; the embedding table's when tie_word_embeddings). The engine's sigmoid of it is the model card's
+    log_softmax([no, yes])[1].exp() = P(yes), and sentence-transformers' LogitScore then Sigmoid."""
+
+    def __init__(self, cfg: dict, attn: AttentionBackend, ops, max_positions: int, label_token_ids: tuple[int, int]):
+        super().__init__(cfg, attn, ops, max_positions)
+        if max(label_token_ids) >= cfg["vocab_size"]:
+            raise ModelLoadError(f"the tokens 'no' and 'yes' (ids {label_token_ids}) are outside the model's "
+                                 f"vocabulary of {cfg['vocab_size']}")
+        source = "embed_tokens.weight" if cfg.get("tie_word_embeddings") else "lm_head.weight"
+        self.lm_head = CheckpointRows(source, label_token_ids, cfg["hidden_size"])  # rows: [no, yes]
+
+    @classmethod
+    def from_folder(cls, folder, attn: AttentionBackend, ops) -> Qwen3Reranker:
+        positions = int(folder.config.get("max_position_embeddings", folder.max_seq_length))
+        return cls(folder.config, attn, ops, positions, folder.scorer.label_token_ids)
+
+    def score(self, last):
+        no, yes = float32_linear(last, self.lm_head).unbind(1)
+        return (yes - no)[:, None]

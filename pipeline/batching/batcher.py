@@ -69,7 +69,7 @@ class TokenBudgetBatcher:
         self.config = config
         self.pad_token_id = pad_token_id
         self.stats = BatchStats()  # cumulative over the batches handed out
-        self._queue: deque[tuple[Sequence[int], Any]] = deque()  # (token ids, tag)
+        self._queue: deque[tuple[Sequence[int], Any, Sequence[int] | None]] = deque()  # (ids, tag, types)
         self._closed_sizes: deque[int] = deque()
         self._open_seqs = 0
         self._open_tokens = 0
@@ -78,14 +78,15 @@ class TokenBudgetBatcher:
         """Sequences queued, not yet handed out."""
         return len(self._queue)
 
-    def add(self, token_ids: Sequence[int], tag: Any = None) -> None:
-        """Queues one sequence; `tag` comes back in `Batch.tags` at the sequence's position."""
+    def add(self, token_ids: Sequence[int], tag: Any = None, token_types: Sequence[int] | None = None) -> None:
+        """Queues one sequence; `tag` comes back in `Batch.tags` at the sequence's position. token_types: a type per
+        token (a cross-encoder's pair), given for every sequence of the batcher or for none."""
         length = len(token_ids)
         if length == 0:
             raise ValueError("cannot batch an empty sequence")
         if self._open_seqs and not self._fits(length):
             self._close_open_batch()  # this sequence starts the next batch
-        self._queue.append((token_ids, tag))
+        self._queue.append((token_ids, tag, token_types))
         self._open_seqs += 1
         self._open_tokens += length
         if self._open_seqs >= self.config.max_batch_seqs or self._open_tokens >= self.config.max_batch_tokens:
@@ -110,6 +111,8 @@ class TokenBudgetBatcher:
 
     def _pack(self, num_seqs: int) -> Batch:
         items = [self._queue.popleft() for _ in range(num_seqs)]
-        batch = pack([ids for ids, _ in items], self.config.policy, self.pad_token_id, [tag for _, tag in items])
+        types = None if items[0][2] is None else [types for _, _, types in items]
+        batch = pack([ids for ids, _, _ in items], self.config.policy, self.pad_token_id, [tag for _, tag, _ in items],
+                     token_types=types)
         self.stats = self.stats + BatchStats.of(batch)
         return batch

@@ -4,13 +4,18 @@ from __future__ import annotations
 import numpy as np
 
 from embedpipe.kernels.engine import Engine
+from embedpipe.pipeline.batching.array_batcher import ArrayBatcher
 from embedpipe.pipeline.batching.batcher import BatcherConfig, TokenBudgetBatcher
 from embedpipe.pipeline.batching.in_flight import InFlight
+from embedpipe.pipeline.text.chunking import CutTexts, WindowCutter
+from embedpipe.pipeline.text.late_chunking import LateChunker
 from embedpipe.pipeline.text.tokenizer import TextTokenizer
 
 
-def embed_token_ids(engine: Engine, sequences: list[list[int]], batching: BatcherConfig = BatcherConfig()) -> np.ndarray:
-    """[len(sequences), engine.output.width] in the output dtype, in input order."""
+def embed_token_ids(engine: Engine, sequences: list[list[int]], batching: BatcherConfig = BatcherConfig(),
+                    token_types: list[list[int]] | None = None) -> np.ndarray:
+    """[len(sequences), engine.output.width] in the output dtype, in input order (a reranker's engine: [n, 1]
+    scores). token_types: a type per token of each sequence, for a model that takes them."""
     out = np.empty((len(sequences), engine.output.width), dtype=engine.output.numpy_dtype)
     batcher = TokenBudgetBatcher(batching)
     in_flight = InFlight(engine, batching.policy, batcher.pad_token_id, lambda i: f"text {i}")
@@ -19,7 +24,7 @@ def embed_token_ids(engine: Engine, sequences: list[list[int]], batching: Batche
         out[batch.tags] = rows.numpy()
 
     for i, ids in enumerate(sequences):
-        batcher.add(ids, i)
+        batcher.add(ids, i, None if token_types is None else token_types[i])
         while (batch := batcher.next_batch(flush=False)) is not None:
             in_flight.submit(batch, consume)
     while (batch := batcher.next_batch(flush=True)) is not None:
@@ -31,3 +36,31 @@ def embed_token_ids(engine: Engine, sequences: list[list[int]], batching: Batche
 def embed_texts(engine: Engine, tokenizer: TextTokenizer, texts: list[str]) -> np.ndarray:
     ids, _ = tokenizer.encode(texts)
     return embed_token_ids(engine, ids)
+
+
+def embed_windows(engine: Engine, cutter: WindowCutter | LateChunker, texts: list[str],
+                  batching: BatcherConfig = BatcherConfig()) -> tuple[np.ndarray, CutTexts]:
+    """The texts cut into windows: their vectors [num_windows, width], in order, and where each window is."""
+    cut = cutter.cut(texts)
+    if cut.spans is None:
+        return embed_token_ids(engine, cut.sequences(), batching), cut
+    return embed_documents(engine, cut, batching), cut
+
+
+def embed_documents(engine: Engine, cut: CutTexts, batching: BatcherConfig = BatcherConfig()) -> np.ndarray:
+    """Late chunking: cut's documents through the engine, pooled by window: [num_windows, width], in order
+    (batches, and an out-of-memory split's halves, are read first in, first out)."""
+    out = np.empty((len(cut.rows), engine.output.width), dtype=engine.output.numpy_dtype)
+    batcher, filled = ArrayBatcher(batching), 0
+    in_flight = InFlight(engine, batching.policy, batcher.pad_token_id, lambda tag: f"document {tag[1]}")
+
+    def consume(batch, rows):
+        nonlocal filled
+        out[filled:filled + batch.num_rows] = rows.numpy()
+        filled += batch.num_rows
+
+    batcher.add(cut.token_ids, cut.lengths, None, cut.spans)
+    while (batch := batcher.next_batch(flush=True)) is not None:
+        in_flight.submit(batch, consume)
+    in_flight.drain()
+    return out

@@ -55,7 +55,8 @@ def run_job(job: JobConfig, open_embedder: OpenEmbedder | None = None) -> JobRes
         with new_output(job.output), output_lock(job.output, shard=job.shard):
             preparing = time.perf_counter()
             prepared = prepare_job(job, spec, tokenizer)
-            with Progress(expected_rows(prepared.mine), job.quiet, done_rows=rows_done(prepared)) as progress:
+            total = expected_rows(prepared.mine) if job.chunking is None else None  # windows: known once cut
+            with Progress(total, job.quiet, done_rows=rows_done(prepared)) as progress:
                 startup["prepare_s"] = progress.start - preparing
                 _log_start(progress, prepared, getattr(embedder, "attention", None))
                 reports = embedder.embed(prepared, progress)
@@ -141,6 +142,8 @@ def finish_job(prepared: PreparedJob, reports: list[EngineReport], progress: Pro
     it (this function: the index build, index_build_s, and the job's files)."""
     job, units, mine = prepared.job, prepared.units, prepared.mine
     metrics = run_metrics(reports, progress.seconds)
+    if job.chunking is not None:  # rows are windows: of how many input rows
+        metrics["input_rows"], metrics["chunks"] = sum(report.input_rows for report in reports), metrics["rows"]
     finishing = time.perf_counter()
     metrics["bad_files"] = ([{"path": p, "error": e} for p, e in prepared.bad_listing]
                             + [bad for report in reports for bad in report.bad_files])
@@ -205,7 +208,9 @@ def _log_start(progress: Progress, prepared: PreparedJob, attention: str | None 
 
 
 def summary(metrics: dict, output: Path) -> str:
-    line = (f"embedded {metrics['rows']:,} rows ({metrics['rejected_rows']:,} rejected, "
+    rows = f"{metrics['input_rows']:,} rows as {metrics['chunks']:,} windows" if "chunks" in metrics \
+        else f"{metrics['rows']:,} rows"
+    line = (f"embedded {rows} ({metrics['rejected_rows']:,} rejected, "
             f"{metrics['truncated_texts']:,} truncated) in {metrics['seconds']:.1f} s: "
             f"{metrics['tokens_per_s']:,.0f} tokens/s, {metrics['embeddings_per_s']:,.1f} embeddings/s, "
             f"padding {100 * metrics['padding_waste']:.1f}%")

@@ -17,10 +17,11 @@ from embedpipe.pipeline.inputs.sources import (ColumnSpec, UnreadableInputError,
                                               unit_rows, unit_schema)
 from embedpipe.pipeline.output.job_files import check_index_factory, write_unit_list
 from embedpipe.pipeline.output.layout import (EMBEDDINGS_FOLDER, REJECTED_FOLDER, TEMPORARY_FOLDERS, TOKENS_FOLDER,
-                                              manifest_record, unit_file)
+                                              WINDOW_COLUMNS, manifest_record, unit_file)
 from embedpipe.pipeline.output.manifest import (check_settings, completed_columns, completed_units, damaged_units,
                                                 drop_units, input_changed, rename_unit, store_settings)
 from embedpipe.pipeline.output.sinks import remove_unfinished
+from embedpipe.pipeline.text.late_chunking import chunker_of
 from embedpipe.pipeline.text.tokenizer import TextTokenizer, make_tokenizer
 
 
@@ -88,12 +89,29 @@ def input_changes(units: list[WorkUnit], mine: list[WorkUnit], done: dict[str, d
 
 
 def job_tokenizer(job: JobConfig) -> tuple[ModelSpec, TextTokenizer]:
-    """The model's spec and tokenizer (with the job's prompt), read once per job."""
+    """The model's spec and tokenizer (with the job's prompt), read once per job; the windows of --chunk-tokens
+    checked against them."""
     try:
         spec = model_spec(job.engine)
-        return spec, make_tokenizer(spec, job.prompt, job.prompt_name, job.max_length)
-    except ValueError as error:  # a setting the model cannot take (dim, prompt name)
+        tokenizer = make_tokenizer(spec, job.prompt, job.prompt_name, job.max_length)
+        if job.chunking is not None:
+            check_chunking(job, spec, tokenizer)
+        return spec, tokenizer
+    except ValueError as error:  # a setting the model cannot take (dim, prompt name, chunk tokens)
         raise ConfigError(str(error)) from error
+
+
+def check_chunking(job: JobConfig, spec: ModelSpec, tokenizer: TextTokenizer) -> None:
+    """Raises ValueError when --chunk-tokens leaves no room for text (WindowCutter), --late-chunking meets a
+    model that pools by CLS, or the text, id or a kept column has the name of a window column."""
+    chunker_of(tokenizer, job.chunking)
+    if job.chunking.late:
+        spec.output.check_span_pooling()
+    columns = job.columns
+    taken = [name for name in (columns.text, columns.id or "id", *columns.keep) if name in WINDOW_COLUMNS]
+    if taken:
+        raise ValueError(f"column {taken[0]!r}: with --chunk-tokens, {', '.join(WINDOW_COLUMNS)} name each "
+                         "window's columns; rename it in the input")
 
 
 def prepare_job(job: JobConfig, spec: ModelSpec, tokenizer: TextTokenizer) -> PreparedJob:
@@ -155,6 +173,8 @@ def job_settings(job: JobConfig, spec: ModelSpec, tokenizer: TextTokenizer) -> d
                 "keep_columns": list(job.columns.keep), "rows_per_unit": job.rows_per_unit}
     if job.columns.token_ids:  # only then: the outputs of earlier versions keep their settings
         settings["token_ids_column"] = job.columns.token_ids
+    if job.chunking is not None:  # likewise
+        settings |= job.chunking.settings()
     return settings
 
 

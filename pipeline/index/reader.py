@@ -16,6 +16,9 @@ import pyarrow.compute as pc
 
 from embedpipe.pipeline.inputs.sources import (ColumnSpec, InputError, UnreadableInputError, WorkUnit, bad_text_reasons, file_metadata,
                       read_unit, unit_rows)
+from embedpipe.pipeline.output.layout import WINDOW_COLUMNS
+from embedpipe.pipeline.text.chunking import ChunkConfig, WindowCutter
+from embedpipe.pipeline.text.late_chunking import LateChunker, chunker_of
 from embedpipe.pipeline.text.tokenizer import TextTokenizer
 
 if TYPE_CHECKING:
@@ -54,6 +57,10 @@ class Chunk:
 
     schema: the unit's fields (id, text, kept...); ids / kept: the good rows' columns.
     token_ids: [sum(lengths)] int32, the good rows' ids end to end; lengths: [len(ids)] int32.
+    With --chunk-tokens, a row is a window of a good row: schema is id, text, chunk, char_start, char_end, kept...,
+    and kept starts with those three columns. num_inputs: the good rows (input rows, not windows).
+    With --late-chunking, token_ids / lengths are the windows' documents and spans = (bounds, counts) place the
+    windows in them (chunking.CutTexts.spans): a row per window, a sequence per document.
     error: on an end marker, why the piece could not be read to its end.
     """
 
@@ -66,6 +73,8 @@ class Chunk:
     token_ids: np.ndarray = field(default_factory=lambda: NO_TOKENS)
     lengths: np.ndarray = field(default_factory=lambda: NO_TOKENS)
     num_truncated: int = 0
+    num_inputs: int = 0
+    spans: tuple[np.ndarray, np.ndarray] | None = None
     end: bool = False
     error: InputError | None = None
 
@@ -82,8 +91,10 @@ def is_unreadable_file(error: InputError) -> bool:
     return isinstance(error, UnreadableInputError)
 
 
-def pieces_of(unit: WorkUnit, read_rows: int) -> list[Piece]:
-    """The unit cut into pieces of at most read_rows rows (from its file's footer); at least one."""
+def pieces_of(unit: WorkUnit, read_rows: int, num_workers: int = 1) -> list[Piece]:
+    """The unit cut into pieces of at most read_rows rows (from its file's footer); at least one. A unit too small
+    to give each of num_workers workers a piece is cut into num_workers pieces: 400 documents of 2k-8k tokens were
+    one piece of 1,024 rows, so one tokenizer worker of 15 cut them all (the H200 was 17% busy)."""
     try:
         rows = unit_rows(unit)
     except (pa.ArrowException, OSError):  # the worker reading it reports the error, naming the file
@@ -91,21 +102,22 @@ def pieces_of(unit: WorkUnit, read_rows: int) -> list[Piece]:
     if rows is None:
         return [Piece(unit, None, True)]
     start, stop = rows
+    read_rows = max(1, min(read_rows, -(-(stop - start) // max(num_workers, 1))))
     starts = range(start, stop, read_rows) or [start]
     return [Piece(unit, (a, min(a + read_rows, stop)), i == len(starts) - 1) for i, a in enumerate(starts)]
 
 
-def unit_tasks(job: JobConfig, units: Iterable[WorkUnit]) -> Iterator[ReadAndTokenize]:
+def unit_tasks(job: JobConfig, units: Iterable[WorkUnit], num_workers: int = 1) -> Iterator[ReadAndTokenize]:
     """One read-and-tokenize task per piece of each unit, in order; `units` is read lazily."""
     fail_on_bad_row = job.on_bad_row == "fail"
     for unit in units:
-        for piece in pieces_of(unit, job.read_rows):
-            yield ReadAndTokenize(piece, job.columns, job.read_rows, fail_on_bad_row)
+        for piece in pieces_of(unit, job.read_rows, num_workers):
+            yield ReadAndTokenize(piece, job.columns, job.read_rows, fail_on_bad_row, job.chunking)
 
 
 def read_and_tokenize(job: JobConfig, pool: TokenizerPool, units: Iterable[WorkUnit]) -> Iterator[Chunk]:
     """The units' chunks, tokenized by the pool's workers; `units` is read lazily (it may be a shared queue)."""
-    for _, chunk in pool.map((None, task) for task in unit_tasks(job, units)):
+    for _, chunk in pool.map((None, task) for task in unit_tasks(job, units, pool.num_workers)):
         yield chunk
 
 
@@ -117,13 +129,16 @@ class ReadAndTokenize:
     columns: ColumnSpec
     read_rows: int
     fail_on_bad_row: bool
+    chunking: ChunkConfig | None = None
 
     def run(self, tokenizer: TextTokenizer) -> Iterator[Chunk]:
         try:
             if self.columns.token_ids:
                 check_tokenized_with(self.piece.unit, tokenizer)
+            cutter = chunker_of(tokenizer, self.chunking) if self.chunking is not None else None
             for batch in read_unit(self.piece.unit, self.columns, self.read_rows, self.piece.rows):
-                yield tokenize_batch(self.piece, batch, tokenizer, self.fail_on_bad_row, bool(self.columns.token_ids))
+                yield tokenize_batch(self.piece, batch, tokenizer, self.fail_on_bad_row, bool(self.columns.token_ids),
+                                     cutter)
         except InputError as error:
             yield Chunk(self.piece, end=True, error=error)
             return
@@ -131,9 +146,10 @@ class ReadAndTokenize:
 
 
 def tokenize_batch(piece: Piece, batch: pa.RecordBatch, tokenizer: TextTokenizer, fail_on_bad_row: bool,
-                   pre_tokenized: bool = False) -> Chunk:
-    """Good rows are tokenized (or their token ids checked) into the chunk; bad ones go to chunk.rejected_*."""
-    chunk = Chunk(piece, batch.schema)
+                   pre_tokenized: bool = False, cutter: WindowCutter | LateChunker | None = None) -> Chunk:
+    """Good rows are tokenized (or their token ids checked; or with a cutter, cut into windows) into the chunk;
+    bad ones go to chunk.rejected_*."""
+    chunk = Chunk(piece, batch.schema if cutter is None else window_schema(batch.schema))
     source = batch.column(1)
     reasons = np.where(source.is_null().to_numpy(zero_copy_only=False), "null", "") if pre_tokenized \
         else bad_text_reasons(source)
@@ -148,13 +164,35 @@ def tokenize_batch(piece: Piece, batch: pa.RecordBatch, tokenizer: TextTokenizer
         chunk.rejected_ids = batch.column(0).take(bad_rows)
         chunk.rejected_reasons = reasons[bad_rows].tolist()
         batch = batch.filter(pa.array(reasons == ""))
-    chunk.ids, chunk.kept = batch.column(0), batch.columns[2:]
-    if batch.num_rows and pre_tokenized:
+    chunk.ids, chunk.kept, chunk.num_inputs = batch.column(0), batch.columns[2:], batch.num_rows
+    if cutter is not None:
+        cut_into_windows(chunk, batch, cutter)
+    elif batch.num_rows and pre_tokenized:
         chunk.token_ids, chunk.lengths, chunk.num_truncated = checked_token_ids(piece, batch, tokenizer)
     elif batch.num_rows:
         chunk.token_ids, chunk.lengths, truncated = tokenizer.encode_flat(batch.column(1).to_pylist())
         chunk.num_truncated = int(truncated.sum())
     return chunk
+
+
+def window_schema(schema: pa.Schema) -> pa.Schema:
+    """A unit's fields (id, text, kept...) with the window's columns after the text: chunk, char_start, char_end."""
+    window_fields = [pa.field(name, kind) for name, kind in zip(WINDOW_COLUMNS, (pa.int32(), pa.int64(), pa.int64()))]
+    return pa.schema([schema.field(0), schema.field(1), *window_fields, *list(schema)[2:]], metadata=schema.metadata)
+
+
+def cut_into_windows(chunk: Chunk, batch: pa.RecordBatch, cutter: WindowCutter | LateChunker) -> None:
+    """The chunk's rows become the windows of its good rows (batch): each window's id and kept columns are its
+    row's, but for a kept text column, which holds the window's text."""
+    cut = cutter.cut(batch.column(1).to_pylist())
+    rows, text_name = pa.array(cut.rows), batch.schema.names[1]
+    kept = [pa.array(cut.texts, column.type) if name == text_name else column.take(rows)
+            for name, column in zip(batch.schema.names[2:], batch.columns[2:])]
+    chunk.ids = batch.column(0).take(rows)
+    chunk.kept = [pa.array(cut.chunk, pa.int32()), pa.array(cut.char_start, pa.int64()),
+                  pa.array(cut.char_end, pa.int64()), *kept]
+    chunk.token_ids, chunk.lengths, chunk.num_truncated = cut.token_ids, cut.lengths, cut.num_truncated
+    chunk.spans = cut.spans
 
 
 def checked_token_ids(piece: Piece, batch: pa.RecordBatch,

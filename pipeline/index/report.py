@@ -29,6 +29,7 @@ class EngineReport:
     chunk_wait_s: float = 0.0  # that thread's wall time getting chunks (RunCounts), and for the first
     first_chunk_s: float = 0.0
     attention: str = ""  # the attention backend the engine runs, and why (AttentionChoice.describe)
+    input_rows: int = 0  # the input rows of `rows` (with --chunk-tokens, rows are their windows)
 
     def __add__(self, other: EngineReport) -> EngineReport:
         """Both reports summed, under this report's device."""
@@ -40,7 +41,7 @@ class EngineReport:
                             self.main_thread_cpu_s + other.main_thread_cpu_s,
                             self.writer_thread_cpu_s + other.writer_thread_cpu_s,
                             self.chunk_wait_s + other.chunk_wait_s, max(self.first_chunk_s, other.first_chunk_s),
-                            self.attention or other.attention)
+                            self.attention or other.attention, self.input_rows + other.input_rows)
 
 
 def run_metrics(reports: list[EngineReport], seconds: float) -> dict:

@@ -31,12 +31,26 @@ from embedpipe.pipeline.index.unit_files import UnitFilesRunner, UnitSlot
 
 @dataclass
 class PendingRows:
-    """The good rows of one chunk, waiting for their embeddings: vectors [len(chunk), width]."""
+    """The good rows of one chunk, waiting for their embeddings: vectors [len(chunk), width].
+
+    Its sequences are its rows, or with late chunking its documents: sequence i's rows are then
+    [row_starts[i], row_starts[i + 1]) (the windows of document i, in order)."""
 
     slot: UnitSlot
     chunk: Chunk
     vectors: np.ndarray
     num_filled: int = 0
+    row_starts: np.ndarray | None = None
+
+    def __post_init__(self):
+        if self.chunk.spans is not None:
+            self.row_starts = np.concatenate([[0], np.cumsum(self.chunk.spans[1])])
+
+    def rows_of(self, first: int, count: int) -> tuple[int, int]:
+        """The rows [start, end) of the chunk's sequences [first, first + count)."""
+        if self.row_starts is None:
+            return first, first + count
+        return int(self.row_starts[first]), int(self.row_starts[first + count])
 
 
 class UnitRunner(UnitFilesRunner):
@@ -59,7 +73,7 @@ class UnitRunner(UnitFilesRunner):
         return EngineReport(str(self.engine.device), c.units, c.rows, c.tokens, c.rejected, c.truncated,
                             self.batcher.stats, self.engine.counters.as_dict(), list(c.bad_files),
                             self.in_flight.num_splits, c.main_thread_cpu_s, c.writer_thread_cpu_s, c.chunk_wait_s,
-                            c.first_chunk_s, self.engine.attention)
+                            c.first_chunk_s, self.engine.attention, c.input_rows)
 
     def _open_file(self, unit: WorkUnit, schema: pa.Schema) -> UnitWriter:
         output = self.engine.output
@@ -70,7 +84,7 @@ class UnitRunner(UnitFilesRunner):
         output = self.engine.output
         rows = PendingRows(slot, chunk, np.empty((len(chunk), output.width), output.numpy_dtype))
         slot.num_open_chunks += 1
-        self.batcher.add(chunk.token_ids, chunk.lengths, rows)
+        self.batcher.add(chunk.token_ids, chunk.lengths, rows, chunk.spans)
         self._drain(flush=False)
 
     def _finish(self) -> None:
@@ -86,16 +100,17 @@ class UnitRunner(UnitFilesRunner):
             self.in_flight.drain()
 
     def _scatter(self, batch: Batch, embeddings) -> None:
-        """embeddings [batch.num_seqs, width] (the engine's pinned buffer) into the chunks of batch.tags (a
+        """embeddings [batch.num_rows, width] (the engine's pinned buffer) into the chunks of batch.tags (a
         batch, or an OOM half of one), writing the chunks it completes."""
         self.counts.tokens += batch.num_tokens
-        self.progress.advance(rows=batch.num_seqs, tokens=batch.num_tokens)
+        self.progress.advance(rows=batch.num_rows, tokens=batch.num_tokens)
         vectors, row = embeddings.numpy(), 0
         for span in batch.tags:  # FIFO: a chunk's rows are consecutive in the batch
             rows: PendingRows = span.tag
-            rows.vectors[span.first:span.first + span.count] = vectors[row:row + span.count]
-            rows.num_filled += span.count
-            row += span.count
+            start, end = rows.rows_of(span.first, span.count)
+            rows.vectors[start:end] = vectors[row:row + end - start]
+            rows.num_filled += end - start
+            row += end - start
             if rows.num_filled == len(rows.vectors) and rows.slot.unit.unit_id not in self.skipped:
                 self.writer.submit(self._write_rows, rows)
                 self._rows_written(rows.slot)
@@ -103,6 +118,7 @@ class UnitRunner(UnitFilesRunner):
     def _write_rows(self, rows: PendingRows) -> None:  # in the writer thread
         rows.slot.writer.write(rows.chunk.ids, rows.vectors, rows.chunk.kept)
         self.counts.rows += len(rows.vectors)
+        self.counts.input_rows += rows.chunk.num_inputs
         if self.in_memory is not None:
             self.in_memory.setdefault(rows.slot.writer.path, []).append(rows.vectors)
             self.in_memory_bytes += rows.vectors.nbytes
@@ -124,5 +140,6 @@ def in_memory_budget() -> int:
 
 
 def describe_row(tag: tuple[PendingRows, int]) -> str:
-    rows, row = tag
+    rows, sequence = tag
+    row = rows.rows_of(sequence, 1)[0]
     return f"the row with id {rows.chunk.ids[row].as_py()!r} of {rows.slot.unit.path}"

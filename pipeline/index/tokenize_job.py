@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Callable
 
-from embedpipe.pipeline.config import JobConfig
+from embedpipe.pipeline.config import ConfigError, JobConfig
 from embedpipe.pipeline.index.job import JobResult, check_all_ended, missing_units, new_output
 from embedpipe.pipeline.index.plan import job_tokenizer, plan_units
 from embedpipe.pipeline.output.lock import output_lock
@@ -43,6 +43,8 @@ def run_tokenize(job: JobConfig, tokenize_units: TokenizeUnits | None = None) ->
     tokenize_units(job, tokenizer, pending units, progress): this process's tokenizer pool by default
     (api.run_tokenize gives Ray's tasks for --ray)."""
     tokenize_units = tokenize_units or tokenize_locally
+    if job.chunking is not None:  # a token file's row is a text, and index --token-ids-column cannot cut it
+        raise ConfigError("tokenize writes each text's token ids whole; --chunk-tokens is an option of index")
     _, tokenizer = job_tokenizer(job)
     with new_output(job.output), output_lock(job.output, shard=job.shard):
         settings = tokenize_settings(job, tokenizer)

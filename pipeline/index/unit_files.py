@@ -48,7 +48,8 @@ class UnitSlot:
 @dataclass
 class RunCounts:
     units: int = 0
-    rows: int = 0
+    rows: int = 0  # output rows: with --chunk-tokens, windows
+    input_rows: int = 0  # the input rows they are of (without --chunk-tokens, rows)
     tokens: int = 0
     rejected: int = 0
     truncated: int = 0

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from embedpipe.pipeline.inputs.column_types import widen
 from embedpipe.pipeline.output.manifest import completed_units, write_json_atomic
-from embedpipe.pipeline.output.layout import EMBEDDINGS_FOLDER, INDEX_FILE, INDEX_IDS_FILE, INDEX_META_FILE
+from embedpipe.pipeline.output.layout import CHUNK_COLUMN, EMBEDDINGS_FOLDER, INDEX_FILE, INDEX_IDS_FILE, INDEX_META_FILE
 from embedpipe.kernels.output_dtypes import OUTPUT_DTYPES
 from embedpipe.pipeline.output.search_tuning import ExactNeighbours, query_rows, search_parameter, tune
 from embedpipe.pipeline.output.sinks import AtomicParquetWriter, commit_file, temporary_path, writing
@@ -142,8 +142,9 @@ def _binary_factory(factory: str) -> str:
 
 
 def _copy_ids(files: list[Path], ids_file: AtomicParquetWriter) -> tuple[int, int]:
-    """Copies the non-embedding columns to `ids_file`; returns (rows, ids that occur more than once)."""
-    id_chunks = []
+    """Copies the non-embedding columns to `ids_file`; returns (rows, ids that occur more than once: of a
+    --chunk-tokens job's rows, the texts' first windows)."""
+    id_chunks, num_rows = [], 0
     for path in files:
         table = pq.read_table(path, columns=ids_file.schema.names)
         try:
@@ -152,9 +153,18 @@ def _copy_ids(files: list[Path], ids_file: AtomicParquetWriter) -> tuple[int, in
             raise ValueError(f"{path}: its ids or kept columns do not fit {ids_file.schema}: {error}") from error
         for batch in table.to_batches():
             ids_file.write_batch(batch.columns)
-        id_chunks.append(table.column(0).combine_chunks())
+        num_rows += table.num_rows
+        id_chunks.append(first_windows(table).column(0).combine_chunks())
     ids = pa.chunked_array(id_chunks, type=ids_file.schema.field(0).type)
-    return len(ids), count_duplicates(ids)
+    return num_rows, count_duplicates(ids)
+
+
+def first_windows(table: pa.Table) -> pa.Table:
+    """The rows of a --chunk-tokens job's table that are the first window of their text (one per input row);
+    any other table whole."""
+    if CHUNK_COLUMN not in table.column_names:
+        return table
+    return table.filter(pc.equal(table.column(CHUNK_COLUMN), 0))
 
 
 def count_duplicates(ids: pa.ChunkedArray) -> int:
@@ -332,7 +342,8 @@ class SearchIndex:
             self.index.hnsw.efSearch = ef_search
 
     def search(self, queries: np.ndarray, k: int) -> list[list[dict]]:
-        """Per query up to k hits, best first: {<kept columns>..., "id": ..., "score": float}."""
+        """Per query up to k hits, best first: {<kept columns>..., "id": ..., "score": float}; a --chunk-tokens
+        index's hits name the window too (chunk, char_start, char_end: index_ids.parquet's columns)."""
         queries = np.atleast_2d(queries)
         width = self.index.code_size if self.binary else self.index.d
         if queries.ndim != 2 or queries.shape[1] != width or k <= 0:

@@ -5,7 +5,8 @@ OUTPUT/
   job.json            the job's settings (manifest.check_or_write_settings)
   units.json          every unit of the job, in order
   manifest/<unit>.json  one record per completed unit: the commit point of its files
-  embeddings/<unit>.parquet, or tokens/<unit>.parquet (`embedpipe tokenize`)
+  embeddings/<unit>.parquet, or tokens/<unit>.parquet (`embedpipe tokenize`); with --chunk-tokens a row is a
+                      window of a text, named by the id and WINDOW_COLUMNS
   rejected/<unit>.parquet, then rejected.parquet (all of them)
   index.faiss, index_ids.parquet, index.json   (here, or in the folder `merge --into` names)
   metrics.json        the last run's figures
@@ -31,6 +32,10 @@ OUTPUT_FOLDERS = (MANIFEST_FOLDER, EMBEDDINGS_FOLDER, TOKENS_FOLDER, REJECTED_FO
 # where writers that never finished may have left hidden temporaries (OUTPUT itself too)
 TEMPORARY_FOLDERS = (EMBEDDINGS_FOLDER, TOKENS_FOLDER, REJECTED_FOLDER, MANIFEST_FOLDER, ".")
 MAX_NAME_CHARS = 80
+# the columns after the id of a --chunk-tokens job's rows (unit files, index_ids.parquet): the window's place
+# among its text's windows (int32, from 0) and its characters [char_start, char_end) in the text (int64)
+CHUNK_COLUMN = "chunk"
+WINDOW_COLUMNS = (CHUNK_COLUMN, "char_start", "char_end")
 
 
 def safe_name(unit_id: str) -> str:

@@ -31,7 +31,10 @@ try:
 except PackageNotFoundError:  # a source tree that is not installed
     __version__ = "0+unknown"
 
-__all__ = ["Embedder", "SearchIndex", "index", "open_index", "UserError", "JobFault", "OutputLocked", "__version__"]
+from embedpipe.reranker import Reranker  # noqa: E402 - its own file: pipeline/public/reranker.py
+
+__all__ = ["Embedder", "Reranker", "SearchIndex", "index", "open_index", "UserError", "JobFault", "OutputLocked",
+           "__version__"]
 
 
 class Embedder:
@@ -67,6 +70,18 @@ class Embedder:
         in this Embedder's dtype. Texts longer than the model's max length are cut, as in `embed`."""
         return self._embedder.encode(inputs, batch_tokens)
 
+    def encode_windows(self, texts: str | Sequence[str], chunk_tokens: int, *, chunk_overlap: int = 0,
+                       chunk_on: str = "token", late_chunking: bool = False, batch_tokens: int | None = None):
+        """Texts cut into windows of at most chunk_tokens tokens (prompt and special tokens included), each
+        embedded: `embed --chunk-tokens`. chunk_overlap: tokens a window repeats of the one before; chunk_on:
+        "token" (a window ends at its last word boundary) or "sentence" (after its last sentence end);
+        late_chunking: each window pooled from one pass over its whole text (`--late-chunking`; a mean or
+        last-token pooling model).
+        Returns .vectors [num_windows, width] and, per window, .text_index, .chunk, .char_start, .char_end
+        (window w is texts[text_index[w]][char_start[w]:char_end[w]], that text's chunk[w]-th) and .texts.
+        Raises UserError for options the model cannot take."""
+        return self._embedder.encode_windows(texts, chunk_tokens, chunk_overlap, chunk_on, late_chunking, batch_tokens)
+
 
 def index(inputs: str | Path | Sequence[str | Path], output: str | Path, **options):
     """Runs `embedpipe index INPUTS --output OUTPUT`: the job's Parquet files and FAISS index in OUTPUT,
@@ -94,7 +109,8 @@ class SearchIndex:
     def search(self, queries, k: int = 10) -> list[list[dict]]:
         """queries: a text, a list of texts (embedded with the index's model and its query prompt, the model
         loaded on the first text query), or vectors [q, dim] float32 (quantised like the index's). Returns per
-        query the k best hits, best first: {"id", "score", kept columns...}."""
+        query the k best hits, best first: {"id", "score", kept columns...}; an index of --chunk-tokens windows
+        names each hit's window: chunk, char_start, char_end."""
         return self._search.search(queries, k)
 
 

@@ -52,7 +52,8 @@ def query_embedder(meta: dict, device: str, prompt: str | None = None,
 
 def search(index_dir: Path, text: str, k: int, device: str, prompt: str | None,
            prompt_name: str | None, nprobe: int | None = None, ef_search: int | None = None) -> list[dict]:
-    """The top-k hits of `text`, best first: {"id", "score", kept columns...}."""
+    """The top-k hits of `text`, best first: {"id", "score", kept columns...} (with --chunk-tokens, the window's
+    chunk, char_start and char_end first among them)."""
     index = load_index(index_dir, nprobe, ef_search)
     engine, tokenizer = query_embedder(index.meta, device, prompt, prompt_name)
     vector = embed_texts(engine, tokenizer, [text])

@@ -6,7 +6,8 @@
   index    index.json, index.faiss and index_ids.parquet: as many rows as the embeddings, their
            ids in FAISS order, job.json's settings, dimension and dtype
   input    (given the inputs) each input row's id is in the output or rejected.parquet exactly
-           as often as in the input
+           as often as in the input; of a --chunk-tokens job, each input row has its windows exactly
+           once, covering its text (windows.py)
 Ids that occur more than once are a warning: `index` keeps every row, as its input has them.
 """
 from __future__ import annotations
@@ -28,6 +29,7 @@ from embedpipe.pipeline.output.job_files import INDEX_NAMES, INDEX_OWNED_KEYS, I
 from embedpipe.pipeline.output.sinks import embedding_type
 from embedpipe.pipeline.verify.inputs import check_input
 from embedpipe.pipeline.verify.report import Report
+from embedpipe.pipeline.verify.windows import check_windows, first_window_ids
 
 READ_ROWS = 65536
 
@@ -45,10 +47,13 @@ def verify(output_dirs: list[Path], index_dir: Path, inputs: list[str] | None = 
     if ids is None:
         return report
     check_index(index_dir, settings, ids, report)
-    duplicates = count_duplicates(ids)
+    chunked = settings.get("chunk_tokens") is not None  # rows are windows (ChunkConfig.settings)
+    duplicates = count_duplicates(first_window_ids([path for path, _ in files], ids) if chunked else ids)
     if duplicates:
         report.warn(f"{duplicates:,} ids occur more than once; index keeps every row, as the input has them")
-    if inputs:
+    if inputs and chunked:
+        check_windows(inputs, settings, output_dirs, report)
+    elif inputs:
         check_input(inputs, settings, ids, output_dirs, report)
     return report
 

@@ -18,12 +18,7 @@ READ_ROWS = 65536
 def check_input(inputs: list[str], settings: dict, ids: pa.ChunkedArray, output_dirs: list[Path],
                 report: Report) -> None:
     """Compares id counts (as strings: CSV ids are strings, other inputs' may not be) of the input and the output."""
-    units = list_units(list(inputs), settings["rows_per_unit"])
-    listed = set().union(*(json.loads((d / UNITS_FILE).read_text())["units"] for d in output_dirs
-                           if (d / UNITS_FILE).is_file()))
-    if {unit.unit_id for unit in units} != listed:
-        report.warn("the inputs make other units than the job's units.json: are they the inputs given to index?")
-    check_fingerprints(units, output_dirs, report)
+    units = input_units(inputs, settings, output_dirs, report)
     columns = ColumnSpec(settings["text_column"], settings["id_column"], token_ids=settings.get("token_ids_column"))
     wanted = [batch.column(0) for unit in units for batch in read_unit(unit, columns, READ_ROWS)]
     found = [*ids.chunks, *(chunk for d in output_dirs for chunk in read_rejected(d).column("id").chunks)]
@@ -40,6 +35,17 @@ def check_input(inputs: list[str], settings: dict, ids: pa.ChunkedArray, output_
                             f"{num_in[row]} in the input, {num_out[row]} in the output or rejected)")
     report.check(not problems, f"input: each of the {int(num_in.sum()):,} input rows is in the output or "
                  "rejected, once", "input: " + "; ".join(problems))
+
+
+def input_units(inputs: list[str], settings: dict, output_dirs: list[Path], report: Report) -> list[WorkUnit]:
+    """The units the inputs make, warning when they are not the job's and checking their fingerprints."""
+    units = list_units(list(inputs), settings["rows_per_unit"])
+    listed = set().union(*(json.loads((d / UNITS_FILE).read_text())["units"] for d in output_dirs
+                           if (d / UNITS_FILE).is_file()))
+    if {unit.unit_id for unit in units} != listed:
+        report.warn("the inputs make other units than the job's units.json: are they the inputs given to index?")
+    check_fingerprints(units, output_dirs, report)
+    return units
 
 
 def check_fingerprints(units: list[WorkUnit], output_dirs: list[Path], report: Report) -> None:

@@ -64,11 +64,27 @@ def test_missing_config_file(tmp_path):
     ({"prompt": "q: ", "prompt_name": "query"}, "either prompt or prompt-name"),
     ({"workers": -1}, "workers must be >= 0"),
     ({"rows_per_unit": 0}, "must be positive"),
+    ({"chunk_overlap": 4}, "--chunk-overlap and --chunk-on shape the windows of --chunk-tokens; give it too"),
+    ({"chunk_on": "sentence"}, "give it too"),
+    ({"chunk_tokens": 0}, "--chunk-tokens must be a positive integer, not 0"),
+    ({"chunk_tokens": 8, "chunk_overlap": 8}, r"--chunk-overlap must be from 0 to --chunk-tokens - 1 \(7\), not 8"),
+    ({"chunk_tokens": 8, "chunk_on": "page"}, "--chunk-on must be one of token, sentence, not 'page'"),
+    ({"chunk_tokens": 8, "token_ids_column": "ids"}, "it cannot cut --token-ids-column's token ids"),
 ])
 def test_invalid_jobs_are_refused(changes, message):
     options = IndexOptions(inputs=("x",), output="out")
     with pytest.raises(ConfigError, match=message):
         job_config(IndexOptions(**{**options.__dict__, **changes}))
+
+
+def test_chunk_options_come_from_the_command_line_or_a_file(tmp_path):
+    from embedpipe.pipeline.text.chunking import ChunkConfig
+
+    path = write_toml(tmp_path, 'chunk-tokens = 128\nchunk_on = "sentence"\n')
+    assert job_config(merge_options(path, {"inputs": ("x",), "output": "out"})).chunking == ChunkConfig(128, 0, "sentence")
+    given = merge_options(path, {"inputs": ("x",), "output": "out", "chunk_overlap": 16})
+    assert job_config(given).chunking == ChunkConfig(128, 16, "sentence")
+    assert job_config(IndexOptions(inputs=("x",), output="out")).chunking is None
 
 
 def test_shard_options_select_a_shard():

@@ -1,0 +1,155 @@
+"""(query, document) pairs -> one token sequence each, for a reranker (never imports torch).
+
+A cross-encoder's pair is the tokenizer's own pair encoding, `[CLS] q [SEP] d [SEP]` for BERT (token types 0, then
+1 from d on) or `<s> q </s></s> d </s>` for XLM-R (one type). Qwen3-Reranker's is its prompt template, from its
+model card (huggingface.co/Qwen/Qwen3-Reranker-0.6B, "Transformers Usage"; the same in QwenLM/Qwen3-Embedding's
+README): prefix tokens + the tokens of format_instruction(instruction, query, doc) cut to max_length - len(prefix) -
+len(suffix) + suffix tokens, each part tokenized without special tokens; the model then judges "yes" or "no".
+An over-long pair loses the end of its document (counted in `truncated`), or raises PairError with truncate=False.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from tokenizers import Encoding, Tokenizer
+
+from embedpipe.pipeline.errors import UserError
+from embedpipe.pipeline.text.tokenizer import CUT_CHARS_PER_TOKEN, MAX_CHARS_PER_TOKEN, MAX_TEXT_CHARS
+
+QWEN3_RERANKER_PREFIX = ("<|im_start|>system\nJudge whether the Document meets the requirements based on the Query "
+                         "and the Instruct provided. Note that the answer can only be \"yes\" or \"no\"."
+                         "<|im_end|>\n<|im_start|>user\n")
+QWEN3_RERANKER_SUFFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+QWEN3_RERANKER_INSTRUCTION = "Given a web search query, retrieve relevant passages that answer the query"
+TEMPLATES = ("pair", "qwen3-reranker")
+
+
+class PairError(UserError, ValueError):
+    """A query or document a reranker cannot score: empty, or too long for the model (the message says which)."""
+
+
+@dataclass
+class EncodedPairs:
+    """One sequence per document: ids[i] (query and document i), types[i] (a type per token; None: the model takes
+    none), truncated[i] (the document lost tokens to max_length)."""
+
+    ids: list[list[int]]
+    types: list[list[int]] | None
+    truncated: list[bool]
+
+    @property
+    def num_truncated(self) -> int:
+        return sum(self.truncated)
+
+
+class PairTokenizer:
+    """Tokenizes (query, documents) for one reranker: template "pair" (a cross-encoder; token_types: keep BERT's
+    segment types) or "qwen3-reranker" (its prompt, with `instruction`); at most max_length tokens a pair."""
+
+    def __init__(self, tokenizer_file: str | Path, max_length: int, template: str = "pair", token_types: bool = False,
+                 instruction: str | None = None):
+        if template not in TEMPLATES:
+            raise ValueError(f"template must be one of {', '.join(TEMPLATES)}, not {template!r}")
+        self.max_length, self.template, self.token_types = max_length, template, token_types
+        self.instruction = instruction or QWEN3_RERANKER_INSTRUCTION
+        self._tokenizer = Tokenizer.from_file(str(tokenizer_file))
+        self._tokenizer.no_padding()
+        self._tokenizer.no_truncation()  # cut here, on the document side
+        self._prefix = self._tokenizer.encode(QWEN3_RERANKER_PREFIX, add_special_tokens=False).ids
+        self._suffix = self._tokenizer.encode(QWEN3_RERANKER_SUFFIX, add_special_tokens=False).ids
+        self._pair_specials = self._tokenizer.num_special_tokens_to_add(True)
+        self._single_specials = self._tokenizer.num_special_tokens_to_add(False)  # Qwen3's tokenizer: none
+
+    def encode(self, query: str, documents: list[str], truncate: bool = True) -> EncodedPairs:
+        """Raises PairError for an empty query or document, a query that leaves a document no token, and with
+        truncate=False for a pair longer than max_length."""
+        if not query:
+            raise PairError("the query is empty")
+        empty = next((i for i, document in enumerate(documents) if not document), None)
+        if empty is not None:
+            raise PairError(f"document {empty} is empty")
+        pairs = self._pairs(query, documents) if self.template == "pair" else self._prompts(query, documents)
+        if not truncate and any(pairs.truncated):
+            i = pairs.truncated.index(True)
+            raise PairError(f"document {i}: with the query, it is longer than the model's {self.max_length} tokens "
+                            "(truncate is off)")
+        return pairs
+
+    def _pairs(self, query: str, documents: list[str]) -> EncodedPairs:
+        """The tokenizer's pair encoding, the document cut to what the query and the special tokens leave."""
+        room = self.max_length - self._pair_specials
+        [query_encoding], [query_cut] = self._first_tokens([query], room - 1)
+        if query_cut:
+            raise PairError(f"the query is longer than {room - 1} tokens: a pair of this model holds "
+                            f"{self.max_length}, special tokens and at least one document token included")
+        encodings, truncated = self._first_tokens(documents, room - len(query_encoding))
+        pairs = [self._tokenizer.post_process(query_encoding, encoding, True) for encoding in encodings]
+        types = [pair.type_ids for pair in pairs] if self.token_types else None
+        return EncodedPairs([pair.ids for pair in pairs], types, truncated)
+
+    def _prompts(self, query: str, documents: list[str]) -> EncodedPairs:
+        """Qwen3-Reranker's prefix + format_instruction(...) cut to what prefix and suffix leave + suffix. The model
+        card tokenizes format_instruction's text with the tokenizer's special tokens for one sequence (Qwen3's has
+        none), so they are added here too, inside its budget."""
+        room = self.max_length - len(self._prefix) - len(self._suffix) - self._single_specials
+        head = f"<Instruct>: {self.instruction}\n<Query>: {query}\n<Document>: "
+        if self._first_tokens([head], room - 1)[1][0]:
+            raise PairError(f"the query and instruction are longer than {room - 1} tokens: with the prompt template, "
+                            f"a pair of this model holds {self.max_length} tokens")
+        encodings, truncated = self._first_tokens([head + document for document in documents], room)
+        bodies = [self._tokenizer.post_process(encoding, None, True).ids for encoding in encodings]
+        return EncodedPairs([self._prefix + body + self._suffix for body in bodies], None, truncated)
+
+    def _first_tokens(self, texts: list[str], budget: int) -> tuple[list[Encoding], list[bool]]:
+        """Each text's first `budget` tokens (no special tokens), and whether it had more. As TextTokenizer does, a
+        long text is tokenized from a prefix of budget * CUT_CHARS_PER_TOKEN characters, doubled until it provably
+        holds those tokens, and never read past max(MAX_TEXT_CHARS, budget * MAX_CHARS_PER_TOKEN) characters."""
+        cut = budget * CUT_CHARS_PER_TOKEN
+        encodings = self._tokenizer.encode_batch([text[:cut] for text in texts], add_special_tokens=False)
+        truncated = []
+        for i, text in enumerate(texts):
+            read_whole = len(text) <= cut or holds_first_tokens(encodings[i], budget)
+            if not read_whole:
+                encodings[i], read_whole = self._encode_prefix(text, 2 * cut, budget)
+            truncated.append(len(encodings[i]) > budget or not read_whole)
+            encodings[i].truncate(budget)
+        return encodings, truncated
+
+    def _encode_prefix(self, text: str, cut: int, budget: int) -> tuple[Encoding, bool]:
+        """The encoding of the shortest prefix of cut * 2^k characters that provably holds the text's first budget
+        tokens, and True; or that of the bound's prefix, and False."""
+        bound = max(MAX_TEXT_CHARS, budget * MAX_CHARS_PER_TOKEN)
+        while True:
+            cut = min(cut, bound)
+            # encode_batch releases the GIL while it works (tokenizer.py)
+            encoding = self._tokenizer.encode_batch([text[:cut]], add_special_tokens=False)[0]
+            if cut >= len(text) or holds_first_tokens(encoding, budget):
+                return encoding, True
+            if cut >= bound:
+                return encoding, False
+            cut *= 2
+
+
+def holds_first_tokens(prefix: Encoding, budget: int) -> bool:
+    """Whether a text's prefix yields the whole text's first `budget` tokens: it holds two more words after the
+    word of its budget-th token (tokenizer.keeps_whole_text_tokens gives the reason)."""
+    kept = [word for word in prefix.word_ids[:budget] if word is not None]
+    later = [word for word in prefix.word_ids[budget:] if word is not None]
+    return bool(later) and max(later) >= (kept[-1] if kept else -1) + 2
+
+
+def make_pair_tokenizer(model, max_length: int | None = None, instruction: str | None = None) -> PairTokenizer:
+    """The pair tokenizer of a reranker (an Engine or a ModelSpec of task "score": anything with its ModelFolder as
+    .folder); max_length caps the tokens a pair below the model's max_seq_length (None: that). instruction: Qwen3-
+    Reranker's task instruction (None: the model card's default). Raises ValueError for a cap outside 1 to
+    max_seq_length, or an instruction for a cross-encoder."""
+    folder = model.folder
+    if max_length is not None and not 1 <= max_length <= folder.max_seq_length:
+        raise ValueError(f"max-length must be from 1 to the model's max_seq_length {folder.max_seq_length}, "
+                         f"not {max_length}")
+    qwen3 = folder.scorer.label_token_ids is not None
+    if instruction is not None and not qwen3:
+        raise ValueError("an instruction is for Qwen3-Reranker; a cross-encoder takes none")
+    return PairTokenizer(folder.tokenizer_file, max_length or folder.max_seq_length,
+                         "qwen3-reranker" if qwen3 else "pair", folder.takes_token_types, instruction)

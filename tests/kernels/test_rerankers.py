@@ -1,0 +1,79 @@
+"""Rerankers on the engine (task "score") against their float32 references: sentence-transformers' CrossEncoder
+(BERT, XLM-R cross-encoders) and Qwen3-Reranker's model card with transformers; one score per sequence, whatever the
+batch it was packed in."""
+import numpy as np
+import pytest
+
+from embedpipe.kernels.batch import BucketPolicy, pack, split_in_halves
+from embedpipe.kernels.engine import Engine, EngineConfig
+from embedpipe.kernels.models.model_folder import ModelLoadError
+from embedpipe.kernels.testing.random_model import write_random_model
+from embedpipe.pipeline.batching.batcher import BatcherConfig
+from embedpipe.pipeline.batching.rerank import score_documents, score_pairs
+from embedpipe.pipeline.text.pairs import make_pair_tokenizer
+
+from support.rerank_reference import cross_encoder_scores, qwen3_reranker_scores
+
+SHAPES = {"tiny-bert-cross-encoder": cross_encoder_scores, "tiny-xlm-roberta-cross-encoder": cross_encoder_scores,
+          "tiny-qwen3-reranker": qwen3_reranker_scores, "tiny-qwen3-reranker-untied": qwen3_reranker_scores}
+MAX_LENGTH = 224  # below the longest pair (Qwen3-Reranker's template takes ~100 of it): its document is cut, as the references cut it
+
+
+@pytest.fixture(scope="module", params=sorted(SHAPES))
+def reranker(request, tmp_path_factory):
+    folder = tmp_path_factory.mktemp(request.param)
+    write_random_model(request.param, folder)
+    engine = Engine(EngineConfig(model=str(folder), device="cpu", task="score"))
+    return request.param, folder, engine, make_pair_tokenizer(engine, MAX_LENGTH)
+
+
+def documents(texts) -> list[str]:
+    return texts[:40] + [" ".join(texts[40:60])]  # the last pair is far longer than MAX_LENGTH
+
+
+def test_scores_match_the_reference_in_value_and_order(reranker, texts):
+    shape, folder, engine, tokenizer = reranker
+    query = "how do graphs make small batches fast?"
+    scored = score_documents(engine, tokenizer, query, documents(texts))
+    reference = np.array(SHAPES[shape](folder, query, documents(texts), MAX_LENGTH), dtype=np.float32)
+    np.testing.assert_allclose(scored.scores, reference, rtol=1e-4, atol=1e-6)
+    assert scored.scores.std() > 0.05, f"{shape}: random scores too close together to test their order"
+    assert scored.order.tolist() == np.argsort(-reference, kind="stable").tolist()
+    assert scored.num_truncated >= 1
+
+
+def test_batch_packing_does_not_change_a_score(reranker, texts):
+    _, _, engine, tokenizer = reranker
+    pairs = tokenizer.encode("a query", documents(texts))
+    alone = np.array([score_pairs(engine, type(pairs)([ids], None if pairs.types is None else [pairs.types[i]],
+                                                      [False]))[0] for i, ids in enumerate(pairs.ids)])
+    for budget in (256, 1024, 16384):
+        packed = score_pairs(engine, pairs, BatcherConfig(max_batch_tokens=budget))
+        np.testing.assert_allclose(packed, alone, rtol=1e-5, atol=1e-6)
+
+
+def test_a_split_batch_keeps_its_token_types():
+    sequences, types = [[101, 7, 102, 8, 102], [101, 9, 102, 10, 11, 102]], [[0, 0, 0, 1, 1], [0, 0, 0, 1, 1, 1]]
+    first, second = split_in_halves(pack(sequences, BucketPolicy(), token_types=types), BucketPolicy())
+    assert first.token_type_ids[:5].tolist() == types[0] and second.token_type_ids[:6].tolist() == types[1]
+    assert first.token_type_ids[5:].eq(0).all()
+
+
+def test_bert_token_types_change_the_score(reranker):
+    shape, _, engine, _ = reranker
+    if not engine.folder.takes_token_types:
+        pytest.skip(f"{shape} has one token type")
+    ids = [101, 2054, 2003, 102, 1037, 4937, 102]
+    with_types = engine.step(pack([ids], token_types=[[0, 0, 0, 0, 1, 1, 1]])).result()
+    without = engine.step(pack([ids])).result()
+    assert with_types.shape == (1, 1) and not np.allclose(with_types, without)
+
+
+def test_an_embedding_folder_is_not_a_reranker_and_types_need_a_cross_encoder(tiny_model):
+    with pytest.raises(ModelLoadError, match="not a reranker"):
+        Engine(EngineConfig(model=str(tiny_model), device="cpu", task="score"))
+    embedder = Engine(EngineConfig(model=str(tiny_model), device="cpu"))
+    with pytest.raises(ValueError, match="takes no token types"):
+        embedder.step(pack([[101, 7, 102]], token_types=[[0, 0, 0]]))
+    with pytest.raises(ValueError, match="do not apply"):
+        EngineConfig(model=str(tiny_model), task="score", dim=8)
