@@ -1,8 +1,9 @@
-"""Shared pieces of the benchmark suites: timing, ceilings, model folders and the peers.
+"""Shared pieces of the benchmark suites: timing, ceilings, clocks, model folders and the peers.
 
-Peers run the same weights on the same inputs as our engine, in the same process or behind
-the same HTTP stack: transformers (AutoModel, SDPA, padded batches) and sentence-transformers
-(its modules on padded batches of 32 for token ids, `encode` for texts), both in bf16 on CUDA.
+Peers run the same weights on the same inputs as our engine, each in a process of its own
+(isolation.py) or behind the same HTTP stack: transformers (AutoModel, SDPA, padded batches) and
+sentence-transformers (its modules on padded batches of 32 for token ids, `encode` for texts),
+both in bf16 on CUDA.
 """
 from __future__ import annotations
 
@@ -55,9 +56,10 @@ def percentiles(samples_ms: list[float]) -> dict[str, float]:
 MIN_SAMPLES = 20
 
 
-def time_calls(fn, iters: int, warmup: int = 5, max_seconds: float = float("inf")) -> list[float]:
+def time_calls(fn, iters: int, warmup: int = 5, max_seconds: float = float("inf"),
+               min_samples: int = MIN_SAMPLES) -> list[float]:
     """Milliseconds per call, host-visible (each call must return its result on the host): `iters`
-    calls, or fewer (at least MIN_SAMPLES) once they have taken `max_seconds`."""
+    calls, or fewer (at least `min_samples`) once they have taken `max_seconds`."""
     for _ in range(warmup):
         fn()
     samples = []
@@ -65,7 +67,7 @@ def time_calls(fn, iters: int, warmup: int = 5, max_seconds: float = float("inf"
         start = time.perf_counter()
         fn()
         samples.append((time.perf_counter() - start) * 1e3)
-        if len(samples) >= MIN_SAMPLES and sum(samples) >= max_seconds * 1e3:
+        if len(samples) >= min_samples and sum(samples) >= max_seconds * 1e3:
             break
     return samples
 
@@ -86,6 +88,30 @@ def ceilings(device: str) -> dict[str, float]:
     copy_ms = _median_ms(lambda: dst.copy_(src), device, 20 if cuda else 5)
     return {"matmul_tflops": 2 * n ** 3 / matmul_ms / 1e9, "matmul_dtype": str(dtype).split(".")[1],
             "copy_tbps": 2 * src.numel() * src.element_size() / copy_ms / 1e9}
+
+
+def warm_gpu(seconds: float = 0.5) -> dict:
+    """Runs bf16 matmuls for `seconds` so the GPU reaches its steady clocks before a timed series (the first
+    process after the GPU idles otherwise runs at idle clocks); returns the SM clocks nvidia-smi reads then."""
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        for _ in range(20):
+            a @ a
+        torch.cuda.synchronize()
+    return gpu_clocks()
+
+
+def gpu_clocks() -> dict:
+    """{"sm_mhz", "max_sm_mhz"} of GPU 0 from nvidia-smi; {} where it cannot be read."""
+    import subprocess
+    try:
+        line = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm,clocks.max.sm", "--format=csv,noheader,nounits",
+                               "-i", "0"], capture_output=True, text=True, timeout=10).stdout.strip()
+        sm, max_sm = (int(v) for v in line.split(","))
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return {}
+    return {"sm_mhz": sm, "max_sm_mhz": max_sm}
 
 
 def _median_ms(fn, device: str, iters: int) -> float:

@@ -1,16 +1,26 @@
-"""results.json -> results.md (tables) and PNG plots.
+"""results.json -> results.md (tables) and PNG plots; and the README's benchmark block.
 
     python benchmarks/report.py benchmarks/results/DATE-GPU               # redraw from its results.json
     python benchmarks/report.py benchmarks/results/DATE-GPU other.json    # add another run's models, redraw
+    python benchmarks/report.py --readme [benchmarks/results/DATE-GPU]    # README block from that run (default: the
+                                                                          # newest folder with a full-run results.json)
+    python benchmarks/report.py --readme --check                          # exit 1 if the README's block is stale
 """
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
 
-OURS = "ours"
-PEERS = ("transformers", "sentence-transformers")
+from report_tables import (concurrency_rows, indexing_rows, latency_rows, skipped_notes, table, throughput_rows,
+                           where_we_lose)
+
+FORMAT = 2  # every system in its own process, rounds and spreads (run.py since issue 24)
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "benchmarks" / "results"
+README = REPO / "README.md"
+BEGIN, END = "<!-- benchmarks:begin", "<!-- benchmarks:end -->"
 
 
 def merge(base: dict, other: dict) -> dict:
@@ -20,12 +30,12 @@ def merge(base: dict, other: dict) -> dict:
     for name, entry in other["models"].items():
         old = models.get(name, {})
         models[name] = {**old, **entry, "seconds": {**old.get("seconds", {}), **entry.get("seconds", {})}}
-        # an error stays only for a suite that `other` did not run again
-        errors = {suite: error for suite, error in old.get("errors", {}).items() if suite not in entry.get("seconds", {})}
-        if errors := {**errors, **entry.get("errors", {})}:
-            models[name]["errors"] = errors
-        else:
-            models[name].pop("errors", None)
+        for key in ("errors", "skipped"):  # an error or a skip stays only for a suite that `other` did not run again
+            kept = {suite: why for suite, why in old.get(key, {}).items() if suite not in entry.get("seconds", {})}
+            if kept := {**kept, **entry.get(key, {})}:
+                models[name][key] = kept
+            else:
+                models[name].pop(key, None)
     return {**other, **base, "models": models, "runs": base.get("runs", []) + other.get("runs", [])}
 
 
@@ -38,197 +48,157 @@ def write(results: dict, folder: Path) -> None:
     except ImportError:
         return
     matplotlib.use("Agg")
+    from report_plots import plots
     plots(results, folder)
 
 
-def _ratio(ours: float, peer: float) -> str:
-    return f"{ours / peer:.2f}x" if peer else "-"
+def clock_range(results: dict) -> str:
+    """The SM clocks nvidia-smi read after the warm-ups, over the whole run."""
+    found = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            if "sm_mhz" in node:
+                found.append(node)
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+    walk(results.get("models", {}))
+    if not found:
+        return "GPU clocks: not read (no GPU)."
+    sm = [c["sm_mhz"] for c in found]
+    return (f"SM clocks after each warm-up: {min(sm)}-{max(sm)} MHz over {len(sm)} readings "
+            f"(max {found[0]['max_sm_mhz']} MHz; at the start {results.get('clocks_start', {}).get('sm_mhz', '-')}).")
+
+
+def header(results: dict) -> list[str]:
+    env, ceiling, sizes = results["environment"], results["ceilings"], results["sizes"]
+    return [f"torch {env['torch']}, FlashInfer {env['flashinfer']}, transformers {env['transformers']}, "
+            f"sentence-transformers {env['sentence_transformers']}, Python {env['python']}, {env['cpus']} CPUs; "
+            f"ceilings in the same run: {ceiling['matmul_tflops']:.0f} TFLOP/s dense {ceiling['matmul_dtype']} "
+            f"matmul, {ceiling['copy_tbps']:.2f} TB/s copy. {clock_range(results)}", "",
+            f"Every system in its own fresh process; {sizes['rounds']} rounds, ours and the peers alternating; a "
+            "figure is the median of the rounds [min-max], a ratio (how many times better ours is) is taken round "
+            "by round. Runs:", "",
+            *[f"- `{r['command']}`: {', '.join(r['models'])}, {r['seconds']:.0f} s" for r in results.get("runs", [])],
+            ""]
 
 
 def markdown(results: dict) -> str:
-    env, ceiling = results["environment"], results["ceilings"]
+    if results.get("format", 1) < FORMAT:
+        raise SystemExit("these results are of the old format (peers in our process): their results.md stands")
+    env, models = results["environment"], results["models"]
     lines = [f"# embedpipe benchmarks, {env['date']}, {env.get('gpu') or 'CPU'} ({results['device']})", "",
-             f"torch {env['torch']}, FlashInfer {env['flashinfer']}, transformers {env['transformers']}, "
-             f"sentence-transformers {env['sentence_transformers']}, Python {env['python']}, {env['cpus']} CPUs. "
-             f"Ceilings measured in the same run: {ceiling['matmul_tflops']:.0f} TFLOP/s dense {ceiling['matmul_dtype']} "
-             f"matmul, {ceiling['copy_tbps']:.2f} TB/s copy (read + write).",
-             "", "Runs (each measured its ceilings; MFU and bandwidth fractions use the first run's):", "",
-             *[f"- `{r['command']}`: {', '.join(r['models'])}, {r['seconds']:.0f} s"
-               + (f"; ceilings {r['ceilings']['matmul_tflops']:.0f} TFLOP/s, {r['ceilings']['copy_tbps']:.2f} TB/s"
-                  if "ceilings" in r else "") + (f" ({r['note']})" if "note" in r else "")
-               for r in results.get("runs", [])], ""]
-    models = results["models"]
-    lines += _latency_table(models) + _scoring_table(models) + _throughput_table(models)
-    lines += _concurrency_table(models) + _indexing_table(models) + _agreement_table(models)
-    errors = [f"- {model} / {suite}: `{text.strip().splitlines()[-1]}`" for model, r in models.items()
-              for suite, text in r.get("errors", {}).items()]
-    if errors:
-        lines += ["## Failed suites (tracebacks in results.json)", "", *errors, ""]
+             *header(results),
+             "## 1. Low-latency embedding (batch 1, pre-tokenised, ms)", "",
+             "weights/bandwidth: the time to read the weights once at the measured copy bandwidth, over p50.", "",
+             *table(["model", "case", "variant", "p50", "p90", "p99", "max", "n", "weights/bandwidth",
+                     "vs transformers", "vs sentence-transformers"], latency_rows(models, "latency", True)),
+             "## 2. Low-latency scoring (batches of N sequences, pre-tokenised, ms)", "",
+             *table(["model", "case", "variant", "p50", "p90", "p99", "max", "n", "MFU", "vs transformers",
+                     "vs sentence-transformers"], latency_rows(models, "scoring", True)),
+             "## 3. High throughput over HTTP (pre-tokenised requests, 4 client processes)", "",
+             *table(["model", "sequences x tokens", "server", "embeddings/s", "tokens/s", "MFU", "request p50 ms",
+                     "vs peer"], throughput_rows(models)),
+             "## 4. Concurrency over HTTP (closed-loop clients, one text each, tokenised in the server, ms)", "",
+             *table(["model", "requests", "clients", "server", "p50", "p90", "p99", "max", "n", "requests/s",
+                     "mean batch", "vs peer p50", "vs peer requests/s"], concurrency_rows(models, True)),
+             *indexing_section(models), *agreement_section(models),
+             "## Where we lose", "", *where_we_lose(models), ""]
+    if notes := skipped_notes(models):
+        lines += ["## Not measured", "", *notes, ""]
     return "\n".join(lines) + "\n"
 
 
-def _best_peer(row: dict) -> float:
-    return min(row[p]["p50"] for p in PEERS if p in row)
+def indexing_section(models: dict) -> list[str]:
+    return ["## 5. Offline indexing (Parquet in, Parquet + FAISS out)", "",
+            "own clock: `embedpipe index`'s job clock (read, tokenise, embed, write, index); the script's `encode` "
+            "alone. with start-up: rows over the process's wall time, imports included. Ratios: ours over the row's.",
+            "", *table(["model", "rows", "system", "embeddings/s, own clock", "embeddings/s, with start-up", "wall s",
+                        "GPU busy", "peak RSS MiB", "ours vs, own clocks", "ours vs, wall"], indexing_rows(models))]
 
 
-def _suite_table(intro: list[str], columns: list[str], models: dict, suite: str, cells) -> list[str]:
-    """A table of one suite: a row per model, size and variant (`cells(result, size, row, variant, s)` gives the
-    cells after the model's); a size the model skipped gets one row saying why."""
-    lines = [*intro, "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+def agreement_section(models: dict) -> list[str]:
+    rows = []
     for model, r in models.items():
-        for size, row in r.get(suite, {}).items():
-            if "skipped" in row:
-                lines.append(f"| {model} | {size} | - | {row['skipped']} |" + " |" * (len(columns) - 4))
-                continue
-            for variant, s in row.items():
-                lines.append("| " + " | ".join([model, *cells(r, size, row, variant, s)]) + " |")
-    return lines + [""]
+        for check, values in (("suites 1-2", (r.get("latency") or {}).get("agreement", {})),
+                              ("HTTP servers", (r.get("http") or {}).get("agreement", {})),
+                              ("index vs script", (r.get("indexing") or {}).get("agreement", {}))):
+            rows += [[model, f"{check}: {peer}", f"{cosine:.6f}"] for peer, cosine in values.items() if peer != "rows"]
+    return ["## Agreement: vectors the processes returned (min cosine)", "",
+            *table(["model", "check", "min cosine"], rows)]
 
 
-def _latency_table(models: dict) -> list[str]:
-    return _suite_table(
-        ["## 1. Low-latency embedding (batch 1, pre-tokenised, ms)", "",
-         "weights/bandwidth: the time to read the weights once at the measured copy bandwidth, over p50.", ""],
-        ["model", "tokens", "variant", "p50", "p90", "p99", "max", "p50 vs faster peer", "weights/bandwidth"],
-        models, "latency",
-        lambda r, tokens, row, variant, s: [tokens, variant, f"{s['p50']:.3f}", f"{s['p90']:.3f}", f"{s['p99']:.3f}",
-                                            f"{s['max']:.3f}", _ratio(_best_peer(row), s["p50"]),
-                                            f"{s['weight_bandwidth_fraction']:.1%}"])
+def newest_results(root: Path = RESULTS) -> Path | None:
+    """The newest results folder (by its dated name) whose results.json is a GPU run of this format."""
+    for folder in sorted((p for p in root.iterdir() if p.is_dir()), reverse=True):
+        path = folder / "results.json"
+        if path.exists():
+            results = json.loads(path.read_text())
+            if results.get("format", 1) >= FORMAT and not results.get("quick") and results.get("device") != "cpu":
+                return folder
+    return None
 
 
-def _scoring_table(models: dict) -> list[str]:
-    return _suite_table(
-        ["## 2. Low-latency scoring (batches of N sequences, pre-tokenised, ms)", ""],
-        ["model", "sequences x tokens", "variant", "p50", "p90", "p99", "max", "p50 vs faster peer", "MFU"],
-        models, "scoring",
-        lambda r, seqs, row, variant, s: [f"{seqs} x {r['scoring_tokens']}", variant, f"{s['p50']:.2f}",
-                                          f"{s['p90']:.2f}", f"{s['p99']:.2f}", f"{s['max']:.2f}",
-                                          _ratio(_best_peer(row), s["p50"]), f"{s['mfu']:.1%}"])
+def readme_block(folder: Path | None) -> str:
+    """The README's benchmark block, made from `folder`'s results.json (None: the placeholder)."""
+    source = "none" if folder is None else (folder.resolve().relative_to(REPO).as_posix()
+                                            if folder.resolve().is_relative_to(REPO) else str(folder.resolve()))
+    lines = [f"{BEGIN} source={source} -->",
+             "<!-- generated by `python benchmarks/report.py --readme`: edit benchmarks/report.py, not this -->", ""]
+    if folder is None:
+        lines += ["No run of the benchmarks in their current form (every system in a fresh process of its own, warm "
+                  "clocks, rounds alternating ours and the peers) is committed yet, so this block has no figures. "
+                  "The tables that stood here (`benchmarks/results/2026-11-29-h200/`: peers in our process, two "
+                  "device calls, before the engine-thread fix) are superseded. After a run, `python "
+                  "benchmarks/report.py --readme` writes the tables here from the newest results folder.", ""]
+        return "\n".join(lines + [END])
+    from readme_tables import summary_tables
+    lines += summary_tables(json.loads((folder / "results.json").read_text()), source)
+    return "\n".join(lines + [END])
 
 
-def _throughput_table(models: dict) -> list[str]:
-    return _suite_table(
-        ["## 3. High throughput over HTTP (requests of 100 pre-tokenised sequences, 4 client processes)", ""],
-        ["model", "tokens", "server", "embeddings/s", "tokens/s", "vs peer", "MFU", "request p50 ms"],
-        models, "throughput",
-        lambda r, tokens, row, server, s: [tokens, server, f"{s['embeddings_per_s']:,.0f}", f"{s['tokens_per_s']:,.0f}",
-                                           _ratio(s["embeddings_per_s"], row["peer"]["embeddings_per_s"]),
-                                           f"{s['mfu']:.1%}", f"{s['request_p50']:.1f}"])
+def update_readme(block: str, readme: Path = README) -> bool:
+    """Replaces the README's block with `block`; False if it was already that."""
+    text = readme.read_text()
+    start, end = text.index(BEGIN), text.index(END) + len(END)
+    if text[start:end] == block:
+        return False
+    readme.write_text(text[:start] + block + text[end:])
+    return True
 
 
-def _concurrency_table(models: dict) -> list[str]:
-    workers = sorted({r.get("http_workers", 1) for r in models.values() if r.get("concurrency")})
-    return _suite_table(
-        ["## 4. Concurrency over HTTP (closed-loop clients, one text each, tokenised in the server, ms)", "",
-         f"ours: `embedpipe serve --http-workers {'/'.join(map(str, workers))}` (HTTP processes in front of the "
-         "engine process); the peer answers one request at a time.", ""],
-        ["model", "clients", "server", "p50", "p90", "p99", "max", "requests/s", "vs peer", "mean batch"],
-        models, "concurrency",
-        lambda r, clients, row, server, s: [
-            clients, server, f"{s['p50']:.2f}", f"{s['p90']:.2f}", f"{s['p99']:.2f}", f"{s['max']:.2f}",
-            f"{s['requests_per_s']:,.1f}", _ratio(s["requests_per_s"], row["peer"]["requests_per_s"]),
-            f"{s['mean_batch_sequences']:.1f}" if "mean_batch_sequences" in s else "-"])
+def readme_source(readme: Path = README) -> Path | None:
+    """The results folder the README's block names (None: the placeholder)."""
+    text = readme.read_text()
+    line = text[text.index(BEGIN):].splitlines()[0]
+    source = line.split("source=", 1)[1].split()[0]
+    return None if source == "none" else REPO / source  # a path under the repo, or an absolute one
 
 
-def _indexing_table(models: dict) -> list[str]:
-    lines = ["## 5. Offline indexing (Parquet in, Parquet + FAISS out)", "",
-             "`embedpipe index`: the job's own clock (read, tokenise, embed, write); engine rows: pre-tokenised, "
-             "no I/O; peers: the first rows of the same corpus.", "",
-             "| model | corpus | run | embeddings/s | tokens/s | vs sentence-transformers | GPU busy | peak RSS MiB |",
-             "|---|---|---|---|---|---|---|---|"]
-    for model, r in models.items():
-        if "indexing" not in r:
-            continue
-        x = r["indexing"]
-        corpus = f"{x['corpus']['rows']:,} rows, median {x['corpus']['median_tokens']:.0f} tokens"
-        st = x["peers"]["sentence-transformers"]["embeddings_per_s"]
-        busy = x["index"].get("gpu_busy_while_embedding")
-        rows = [("embedpipe index", x["index"], f"{busy:.0%}" if busy is not None else "-",
-                 f"{x['index']['peak_rss_mib']:,.0f}")]
-        rows += [(f"engine: {name}", v, "", "") for name, v in x["engine"].items()]
-        rows += [(name, v, "", "") for name, v in x["peers"].items()]
-        for label, v, busy_cell, rss in rows:
-            lines.append(f"| {model} | {corpus} | {label} | {v['embeddings_per_s']:,.0f} | {v['tokens_per_s']:,.0f} | "
-                         f"{_ratio(v['embeddings_per_s'], st)} | {busy_cell} | {rss} |")
-    return lines + [""]
-
-
-def _agreement_table(models: dict) -> list[str]:
-    lines = ["## Agreement checked before timing (min cosine)", "", "| model | check | min cosine |", "|---|---|---|"]
-    for model, r in models.items():
-        for check, values in (("in process", r.get("agreement", {})), ("HTTP servers", r.get("http_agreement", {})),
-                              ("index vs peers", r.get("indexing", {}).get("agreement", {}))):
-            for peer, cosine in values.items():
-                lines.append(f"| {model} | {check}: {peer} | {cosine:.6f} |")
-    return lines + [""]
-
-
-def plots(results: dict, folder: Path) -> None:
-    """latency.png (suites 1-2), http.png (3-4), indexing.png (5): each drawn when its suites ran."""
-    import matplotlib.pyplot as plt
-    models = results["models"]
-    title = f"{results['environment'].get('gpu') or 'CPU'}, {results['environment']['date']}"
-    latency = {f"{m}\n{t} tok": {k: v["p50"] for k, v in row.items()}
-               for m, r in models.items() for t, row in r.get("latency", {}).items() if "skipped" not in row}
-    scoring = {f"{m}\n{s}x{r['scoring_tokens']}": {k: v["p50"] for k, v in row.items()}
-               for m, r in models.items() for s, row in r.get("scoring", {}).items()}
-    throughput = {f"{m}\n{t} tok": {k: v["embeddings_per_s"] for k, v in row.items()}
-                  for m, r in models.items() for t, row in r.get("throughput", {}).items() if "skipped" not in row}
-    concurrency = {m: r["concurrency"] for m, r in models.items() if r.get("concurrency")}
-    indexing = {m: {"embedpipe index": r["indexing"]["index"]["tokens_per_s"],
-                    **{k: v["tokens_per_s"] for k, v in {**r["indexing"]["engine"], **r["indexing"]["peers"]}.items()}}
-                for m, r in models.items() if "indexing" in r}
-
-    if latency or scoring:
-        fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
-        _grouped_bars(axes[0], latency, "p50 ms (log)", "1. batch-1 latency")
-        _grouped_bars(axes[1], scoring, "p50 ms (log)", "2. scoring latency")
-        _save(fig, title, folder / "latency.png")
-    if throughput or concurrency:
-        fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
-        _grouped_bars(axes[0], throughput, "embeddings/s (log)", "3. throughput, 100-sequence requests")
-        for model, levels in concurrency.items():
-            for server, style in (("ours", "-o"), ("peer", "--x")):
-                axes[1].plot([int(c) for c in levels], [levels[c][server]["p50"] for c in levels], style,
-                             label=f"{model} {server}")
-        axes[1].set(xscale="log", yscale="log", xlabel="concurrent clients", ylabel="p50 ms (log)",
-                    title="4. concurrency, one text per request")
-        axes[1].legend(fontsize=7)
-        _save(fig, title, folder / "http.png")
-    if indexing:
-        fig, ax = plt.subplots(figsize=(13, 4.5))
-        _grouped_bars(ax, indexing, "tokens/s (log)", "5. offline indexing")
-        _save(fig, title, folder / "indexing.png")
-
-
-def _save(fig, title: str, path: Path) -> None:
-    import matplotlib.pyplot as plt
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def _grouped_bars(ax, groups: dict[str, dict[str, float]], ylabel: str, title: str) -> None:
-    """One group of bars per key (log scale), one colour per series (variant or server)."""
-    ax.set(ylabel=ylabel, title=title)
-    if not groups:
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("folder", type=Path, nargs="?", help="a results folder (with --readme: default the newest)")
+    parser.add_argument("others", type=Path, nargs="*", help="other runs' results.json to merge in")
+    parser.add_argument("--readme", action="store_true", help="write the README's benchmark block")
+    parser.add_argument("--check", action="store_true", help="with --readme: only check that the block is current")
+    args = parser.parse_args()
+    if args.readme:
+        block = readme_block(args.folder or newest_results())
+        if args.check:
+            current = README.read_text()
+            sys.exit(0 if block in current else f"the README's benchmark block is stale: run {sys.argv[0]} --readme")
+        print(f"README block {'rewritten' if update_readme(block) else 'already current'} "
+              f"({block.splitlines()[0]})")
         return
-    series = list(dict.fromkeys(k for g in groups.values() for k in g))
-    width = 0.8 / max(len(series), 1)
-    for i, name in enumerate(series):
-        xs = [j + i * width for j, g in enumerate(groups.values()) if name in g]
-        ys = [g[name] for g in groups.values() if name in g]
-        ax.bar(xs, ys, width, label=name)
-    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(groups))], list(groups), fontsize=7)
-    ax.set_yscale("log")
-    ax.legend(fontsize=7)
+    results = json.loads((args.folder / "results.json").read_text())
+    for other in args.others:
+        results = merge(results, json.loads(other.read_text()))
+    write(results, args.folder)
+    print(f"wrote {args.folder / 'results.md'} and its plots")
 
 
 if __name__ == "__main__":
-    folder = Path(sys.argv[1])
-    results = json.loads((folder / "results.json").read_text())
-    for other in sys.argv[2:]:
-        results = merge(results, json.loads(Path(other).read_text()))
-    write(results, folder)
-    print(f"wrote {folder / 'results.md'} and its plots")
+    main()

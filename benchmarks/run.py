@@ -1,30 +1,37 @@
-"""Every benchmark suite, against transformers and sentence-transformers in the same run.
+"""Every benchmark suite, ours against transformers and sentence-transformers, each system in a fresh process.
 
-    python benchmarks/run.py                 # on the GPU: every suite and model (H200: ~8 min from the suites' clocks)
+    python benchmarks/run.py                 # on the GPU: every suite and model (sizes.py: ~13 min, --budget-s 510)
+    python benchmarks/run.py --suites latency,http --out DIR && python benchmarks/run.py --suites indexing \
+        --out DIR --merge                    # the same in two 10-minute device calls (~6.7 + ~6.4 min)
+    python benchmarks/run.py --sizes one-call   # every suite and model in one call: shorter windows, 20k rows
     python benchmarks/run.py --quick         # CPU smoke run of every suite on the default model (CI)
-    python benchmarks/run.py --models bert-base --suites http --out DIR
 
 Suites (each module's docstring says how it measures):
   latency   1. batch 1, 128 / 512 / 4096 tokens   2. batches of 5 / 25 / 50 x 512 tokens  (suite_latency.py)
-  http      3. requests of 100 x 512 / 1024 / 4096 tokens from 4 client processes
-            4. 1 / 2 / 4 / 8 / 16 concurrent single 512-token texts                      (suite_http.py)
-  indexing  5. `embedpipe index` end to end on a corpus of 20-512 token rows             (suite_indexing.py)
+  http      3. requests of 512 / 1024 / 4096-token sequences from 4 client processes
+            4. 1 / 2 / 4 / 8 / 16 concurrent clients, one 512-token passage or one short query each (suite_http.py)
+  indexing  5. `embedpipe index` against the script a user would write (st_index.py), Parquet to FAISS
+                                                                                              (suite_indexing.py)
 
-Models: all-MiniLM-L6-v2 (real weights) and random-weight BERT-base, Qwen3-0.6B (causal, last
-token) and pplx-embed-0.6B (bidirectional, mean) shapes. Ceilings (dense matmul rate, copy
-bandwidth) are measured first, in the same run. Writes results.json, results.md and PNG plots
-(when matplotlib is installed; else `python benchmarks/report.py DIR` draws them later).
+Every timed system runs in its own fresh process on inputs from a file (isolation.py); before each timed series
+the GPU is warmed and its clocks recorded; ours and each peer alternate over `rounds` rounds and every figure is
+the median of the rounds with their range; ratios are taken round by round within this run. Models:
+all-MiniLM-L6-v2 (real weights) and random-weight BERT-base, Qwen3-0.6B (causal, last token) and pplx-embed-0.6B
+(bidirectional, mean) shapes. results.json (environment, ceilings, clocks, rounds, spreads) and results.md are
+rewritten after every suite, so a run cut short keeps what it measured; --budget-s skips (and records) the work
+that would no longer fit. `python benchmarks/report.py --readme` makes the README's tables from the newest run.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import tempfile
 import time
 import traceback
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -32,39 +39,31 @@ sys.path.insert(0, str(Path(__file__).parent))
 import torch  # noqa: E402
 
 import report  # noqa: E402
-import suite_http  # noqa: E402
-import suite_indexing  # noqa: E402
-import suite_latency  # noqa: E402
-from common import MODELS, ceilings, environment, linear_params, model_folder  # noqa: E402
+from common import MODELS, ceilings, environment, gpu_clocks, linear_params, model_folder  # noqa: E402
+from isolation import Deadline, OutOfBudget  # noqa: E402
+from sizes import PRESETS, Sizes  # noqa: E402
+from suite_http import HttpRun  # noqa: E402
+from suite_indexing import IndexingRun  # noqa: E402
+from suite_latency import LatencyRun  # noqa: E402
 
-SUITES = ("latency", "http", "indexing")
-
-
-@dataclass(frozen=True)
-class Sizes:
-    latency_tokens: tuple[int, ...] = (128, 512, 4096)
-    latency_iters: int = 100  # ours; the peers are slower and get fewer
-    peer_iters: int = 20
-    measure_seconds: float = 1.0  # or fewer calls (at least 20) once they took this long
-    scoring_batches: tuple[int, ...] = (5, 25, 50)
-    scoring_tokens: int = 512
-    throughput_tokens: tuple[int, ...] = (512, 1024, 4096)
-    throughput_batch: int = 100
-    throughput_clients: int = 4
-    throughput_requests: int = 1  # per client, after one warm-up request
-    concurrency: tuple[int, ...] = (1, 2, 4, 8, 16)
-    concurrency_tokens: int = 512
-    concurrency_seconds: float = 1.5
-    warmup_seconds: float = 0.5
-    http_workers: int = 4  # our server's HTTP processes (`embedpipe serve --http-workers`) in suites 3 and 4
-    corpus_rows: int = 10000
-    peer_rows: int = 1000  # the peers embed the first rows of the corpus
+SUITES = {"latency": LatencyRun, "http": HttpRun, "indexing": IndexingRun}
+FULL_RUN_BUDGET_S = 510  # one 10-minute device call, less ~60 s of set-up and a margin to write and stop
+MIN_SUITE_S = 15  # a suite does not start with less of the budget left
 
 
-QUICK = Sizes(latency_tokens=(32, 128), latency_iters=5, peer_iters=3, scoring_batches=(2, 5), scoring_tokens=64,
-              throughput_tokens=(64,), throughput_batch=10, throughput_requests=2, concurrency=(1, 4),
-              concurrency_tokens=64, concurrency_seconds=1.0, warmup_seconds=0.5, http_workers=2, corpus_rows=96,
-              peer_rows=32)
+@dataclass
+class ModelRun:
+    """What a suite needs of one model's run (`info`: linear_params, flops_per_token, max_tokens, weight_bytes,
+    pooling)."""
+    name: str
+    folder: Path
+    device: str
+    sizes: Sizes
+    sizes_dict: dict
+    ceiling: dict
+    info: dict
+    work: Path
+    deadline: Deadline
 
 
 def gpu_slug() -> str:
@@ -74,72 +73,142 @@ def gpu_slug() -> str:
     return re.sub(r"[^a-z0-9]+", "-", name).strip("-").split("-")[0]
 
 
-def bench_model(name: str, device: str, sizes: Sizes, suites: list[str], ceiling: dict, cache: Path,
-                work: Path, after_suite) -> dict:
-    """The model's suites; `after_suite(result)` runs after each, so a killed run keeps what it measured."""
-    folder = model_folder(name, cache)
+def model_info(folder: Path, device: str) -> dict:
     from embedpipe.kernels.models.model_folder import read_model_folder
-    spec = read_model_folder(str(folder))
-    params = linear_params(folder)
-    result = {"linear_params": params, "flops_per_token": 2 * params, "max_tokens": spec.max_seq_length,
-              "weight_bytes": params * (2 if device.startswith("cuda") else 4), "seconds": {}}
-    for suite in suites:
+    spec, params = read_model_folder(str(folder)), linear_params(folder)
+    return {"linear_params": params, "flops_per_token": 2 * params, "max_tokens": spec.max_seq_length,
+            "weight_bytes": params * (2 if device.startswith("cuda") else 4), "pooling": spec.pooling}
+
+
+def attempt(result: dict, suite: str, fn):
+    """fn(); a suite that fails or no longer fits the budget is recorded, and the others still run."""
+    try:
+        return fn()
+    except OutOfBudget as cut:
+        result.setdefault("skipped", {})[suite] = str(cut)
+        print(f"{suite}: {cut}", flush=True)
+    except (Exception, SystemExit) as error:
+        result.setdefault("errors", {})[suite] = "".join(traceback.format_exception(error))[-4000:]
+        print(f"{suite} FAILED\n{result['errors'][suite]}", flush=True)
+    return None
+
+
+def start_suites(ctx: ModelRun, suites: list[str], result: dict) -> dict:
+    """Every suite's processes started at once (the latency workers, both servers), then waited for: {suite: run}
+    of those ready. Nothing is timed while they load."""
+    def start(suite):
+        ctx.deadline.check(MIN_SUITE_S, "the suite")
+        return SUITES[suite](ctx)
+
+    def ready(run):
+        run.ready()
+        return run
+
+    runs = {suite: run for suite in suites if (run := attempt(result, suite, lambda: start(suite))) is not None}
+    started = {}
+    for suite, run in runs.items():
+        if attempt(result, suite, lambda: ready(run)) is None:
+            run.stop()
+        else:
+            started[suite] = run
+    return started
+
+
+def bench_model(ctx: ModelRun, suites: list[str], after_suite) -> dict:
+    """The model's suites, in turn, once all have started; `after_suite(result)` runs after each, so a run cut
+    short keeps what it measured."""
+    result = {**ctx.info, "seconds": {}}
+    start = time.perf_counter()
+    runs = start_suites(ctx, suites, result)
+    result["seconds"]["start"] = time.perf_counter() - start
+    print(f"{ctx.name}: started in {result['seconds']['start']:.0f} s", flush=True)
+    for suite, run in runs.items():
         start = time.perf_counter()
-        print(f"{name}: {suite}", flush=True)
-        try:
-            if suite == "latency":
-                result.update(suite_latency.run(folder, device, sizes, ceiling, result["weight_bytes"], 2 * params))
-            elif suite == "http":
-                result.update(suite_http.run(folder, device, sizes, work, spec.max_seq_length, 2 * params, ceiling))
-            else:
-                result["indexing"] = suite_indexing.run(folder, device, sizes, work)
-        except (Exception, SystemExit) as error:  # a failed suite is reported; the others still run
-            result.setdefault("errors", {})[suite] = "".join(traceback.format_exception(error))[-4000:]
-            print(f"{name}: {suite} FAILED\n{result['errors'][suite]}", flush=True)
+        print(f"{ctx.name}: {suite}", flush=True)
+        measured = attempt(result, suite, lambda: (ctx.deadline.check(MIN_SUITE_S, "the suite"),
+                                                   run.measure())[1])
+        attempt(result, suite, run.stop)
+        if measured is not None:
+            result[suite] = measured
         result["seconds"][suite] = time.perf_counter() - start
-        print(f"{name}: {suite} took {result['seconds'][suite]:.0f} s", flush=True)
+        print(f"{ctx.name}: {suite} took {result['seconds'][suite]:.0f} s", flush=True)
         after_suite(result)
-        if device.startswith("cuda"):
+        if ctx.device.startswith("cuda"):
             torch.cuda.empty_cache()
+    after_suite(result)
     return result
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="CPU smoke run: the default model, small sizes")
+    parser.add_argument("--quick", action="store_true", help="CPU smoke run: the default model, small sizes, 2 rounds")
     parser.add_argument("--models", default=None, help=f"comma-separated (default: {','.join(MODELS)}; --quick: minilm)")
     parser.add_argument("--suites", default=",".join(SUITES), help=f"comma-separated of {', '.join(SUITES)}")
+    parser.add_argument("--sizes", choices=sorted(PRESETS), default=None,
+                        help="sizes.py's preset (default: full; --quick: quick)")
+    parser.add_argument("--rounds", type=int, default=None, help="rounds of every suite (default: sizes.py's, 3)")
+    parser.add_argument("--corpus-rows", type=int, default=None, help="suite 5's rows for every model")
+    parser.add_argument("--budget-s", type=float, default=None,
+                        help=f"skip (and record) work that would end later (default: {FULL_RUN_BUDGET_S} on the GPU, "
+                             "none with --quick; 0: none)")
     parser.add_argument("--out", type=Path, default=None, help="default: benchmarks/results/DATE-GPU")
     parser.add_argument("--merge", action="store_true", help="add to an existing results.json in --out")
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "embedpipe-bench-models")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def run_sizes(args) -> tuple[str, Sizes]:
+    preset = args.sizes or ("quick" if args.quick else "full")
+    sizes = PRESETS[preset]
+    if args.rounds:
+        sizes = replace(sizes, rounds=args.rounds)
+    if args.corpus_rows:
+        sizes = replace(sizes, corpus_rows=args.corpus_rows, large_model_rows=args.corpus_rows)
+    return preset, sizes
+
+
+def new_results(args, device: str, preset: str, sizes: Sizes, budget: float | None) -> dict:
+    """The run's record before any suite: environment, sizes, clocks, ceilings (measured now)."""
+    results = {"format": report.FORMAT, "environment": environment(), "pid": os.getpid(), "device": device,
+               "preset": preset, "sizes": asdict(sizes), "quick": args.quick, "budget_s": budget,
+               "clocks_start": gpu_clocks(), "ceilings": ceilings(device), "models": {},
+               "command": " ".join(["python", "benchmarks/run.py", *sys.argv[1:]])}
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    print(json.dumps({k: results[k] for k in ("environment", "ceilings", "clocks_start")}), flush=True)
+    return results
+
+
+def main() -> None:
+    args = parse_args()
     device = "cpu" if args.quick or not torch.cuda.is_available() else "cuda"
-    sizes = QUICK if args.quick else Sizes()
+    (preset, sizes), start = run_sizes(args), time.perf_counter()
+    budget = args.budget_s if args.budget_s is not None else (None if args.quick else FULL_RUN_BUDGET_S)
     models = (args.models or ("minilm" if args.quick else ",".join(MODELS))).split(",")
     suites = [s for s in args.suites.split(",") if s]
     if unknown := set(suites) - set(SUITES):
         raise SystemExit(f"unknown suites {sorted(unknown)}: choose from {', '.join(SUITES)}")
     out = args.out or Path(__file__).parent / "results" / f"{time.strftime('%Y-%m-%d')}-{gpu_slug()}"
-    out.mkdir(parents=True, exist_ok=True)
     previous = json.loads((out / "results.json").read_text()) if args.merge and (out / "results.json").exists() else {}
-    start = time.perf_counter()
-    results = {"environment": environment(), "device": device, "sizes": asdict(sizes), "quick": args.quick,
-               "ceilings": ceilings(device), "models": {},
-               "command": " ".join(["python", "benchmarks/run.py", *sys.argv[1:]])}
-    print(json.dumps({"environment": results["environment"], "ceilings": results["ceilings"]}), flush=True)
+    results, deadline = new_results(args, device, preset, sizes, budget), Deadline(budget)
+    with torch.device(device):  # random weights drawn on the GPU: seconds
+        folders = {name: model_folder(name, args.cache) for name in models}
     with tempfile.TemporaryDirectory() as work:
         for name in models:
             def after_suite(entry, name=name):
                 results["models"][name] = entry
                 this_run = {"command": results["command"], "models": list(results["models"]), "suites": suites,
-                            "seconds": time.perf_counter() - start, "ceilings": results["ceilings"]}
+                            "preset": preset, "seconds": time.perf_counter() - start,
+                            "ceilings": results["ceilings"], "environment": results["environment"]}
                 report.write(report.merge(previous, {**results, "runs": [this_run]}), out)
-            bench_model(name, device, sizes, suites, results["ceilings"], args.cache, Path(work), after_suite)
+            ctx = ModelRun(name, folders[name], device, sizes, asdict(sizes), results["ceilings"],
+                           model_info(folders[name], device), Path(work), deadline)
+            bench_model(ctx, suites, after_suite)
     print((out / "results.md").read_text())
     failed = {f"{m}/{s}" for m, r in results["models"].items() for s in r.get("errors", {})}
+    print(f"total {time.perf_counter() - start:.0f} s; results in {out}")
     if failed:
         raise SystemExit(f"failed suites: {', '.join(sorted(failed))} (errors in results.json)")
-    print(f"total {time.perf_counter() - start:.0f} s; results in {out}")
 
 
 if __name__ == "__main__":

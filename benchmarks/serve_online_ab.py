@@ -19,7 +19,8 @@ import sys
 from pathlib import Path
 
 from common import ab_systems
-from suite_http import OURS_READY, Server, closed_loop, run_async
+from http_clients import closed_loop, run_async
+from http_servers import OURS_READY, Server
 from workloads import texts_of
 
 PHASES = ("parse", "tokenization", "queue", "inference", "encode", "total")

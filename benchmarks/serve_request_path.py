@@ -7,7 +7,7 @@ What is left of a request once the engine costs nothing (HTTP, JSON, tokenisatio
 scheduler, base64): if the rate here matches the GPU run's, the server, not the device, bounds it.
 `--device-ms` gives each batch that much simulated device time (its handle completes then, one
 batch after another, as on a CUDA stream), to study the scheduler's waiting on the CPU.
-Uses suite 4's closed-loop clients and texts (benchmarks/suite_http.py).
+Uses suite 4's closed-loop clients and texts (benchmarks/http_clients.py).
 """
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from suite_http import MODEL_NAME, OURS_READY, Server, body, closed_loop, run_async
+from http_clients import body, closed_loop, run_async
+from http_servers import MODEL_NAME, OURS_READY, Server
 from workloads import texts_of
 
 

@@ -17,8 +17,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from common import model_folder  # noqa: E402
-from run import Sizes  # noqa: E402
-from suite_http import Server, body, concurrency, our_server  # noqa: E402
+from http_clients import body, concurrency  # noqa: E402
+from http_servers import Server, our_server  # noqa: E402
+from sizes import Sizes  # noqa: E402
 from workloads import texts_of  # noqa: E402
 
 
@@ -33,7 +34,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "embedpipe-bench-models")
     args = parser.parse_args()
-    sizes = Sizes()
+    sizes = Sizes(concurrency_seconds=1.5, warmup_seconds=0.5)  # the windows these settings were measured with
     folder = model_folder(args.model, args.cache)
     payloads = [body(t) for t in texts_of(folder, 64, sizes.concurrency_tokens)]
     args.out.mkdir(parents=True, exist_ok=True)

@@ -1,16 +1,17 @@
 """Suite 5, offline indexing end to end: Parquet in, Parquet + FAISS out, on a corpus of realistic lengths.
 
-`embedpipe index` runs as a user runs it (a subprocess: reading, tokenising in workers,
-embedding, writing, the FAISS index) while the GPU's busy fraction (NVML, through nvidia-smi)
-and the job's RSS are sampled; its rates come from the job's own clock (metrics.json). The
-engine alone then embeds the pre-tokenised corpus (no I/O) as ours and its ablations: no
-double-buffering (one batch in flight), no CUDA graphs, and padded batches (every sequence
-padded to the longest of its batch: the cost a padded engine pays). Peers embed the first
-`peer_rows` rows: sentence-transformers `encode` on the texts (its own batching, sorted by
-length) and transformers on padded batches of 32 token-id lists in input order.
+Two systems, each a fresh process per round, alternating (A B A B A B) on the same Parquet file, the GPU warmed
+(clocks recorded) before each: `embedpipe index` as a user runs it (reading, tokenising in workers, embedding,
+writing, the Flat index), and the script a user would otherwise write (st_index.py: pyarrow, SentenceTransformer
+in bf16, `encode(texts, batch_size=256)`, Parquet, FAISS IndexFlatIP), which then also encodes the first
+`default_batch_rows` texts at sentence-transformers' default batch of 32. Each is timed whole (wall: process
+start to exit, imports included) and by its own clock: ours by the job's (metrics.json: read, tokenise, embed,
+write, index), the script's `encode` alone (its tokenising and embedding, no I/O). While each runs, its RSS and
+the GPU's busy fraction (nvidia-smi) are sampled. The vectors both wrote are compared (cosine >= 0.999).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -24,18 +25,15 @@ import numpy as np
 import psutil
 import pyarrow.parquet as pq
 
-from common import ST_BATCH, SentenceTransformersPeer, TransformersPeer, min_cosine, synchronize, tree_rss
-from embedpipe.kernels.batch import BucketPolicy, pack
-from embedpipe.kernels.engine import Engine, EngineConfig
-from embedpipe.kernels.graph_cache import GraphConfig
-from embedpipe.kernels.models.model_folder import read_model_folder
-from embedpipe.pipeline.batching.batcher import BatcherConfig, TokenBudgetBatcher
-from embedpipe.pipeline.config import CPU_BATCH_TOKENS
-from embedpipe.pipeline.text.tokenizer import TextTokenizer
+from common import min_cosine, synchronize, tree_rss
+from isolation import OutOfBudget, ratio, round_robin, same_process_check, summarize, warm
 from workloads import corpus_lengths, texts_of_lengths, write_corpus
 
 SAMPLE_S = 0.1
 AGREEMENT = 0.999
+CHECK_ROWS = 2000  # rows whose vectors are compared
+ST_INDEX = Path(__file__).resolve().parent / "st_index.py"
+SYSTEMS = ("embedpipe index", "sentence-transformers")
 
 
 class Sampler:
@@ -76,24 +74,50 @@ class Sampler:
         return result
 
 
-def run_index(corpus: Path, folder: Path, output: Path, device: str) -> dict:
-    shutil.rmtree(output, ignore_errors=True)
-    command = [sys.executable, "-m", "embedpipe.cli.main", "index", str(corpus), "--output", str(output),
-               "--model", str(folder), "--device", device, "--quiet"]
+def run_sampled(command: list[str], device: str, timeout: float | None = None) -> dict:
+    """Runs `command` in a fresh process, sampled; its wall seconds, pid and samples. Killed past `timeout`."""
     start = time.perf_counter()
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     sampler = Sampler(process.pid, device.startswith("cuda"))
-    _, stderr = process.communicate()
+    try:
+        _, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        sampler.stop()
+        raise OutOfBudget(f"{Path(command[1]).name} {command[2:4]} ran past the run's budget and was stopped")
+    wall_s = time.perf_counter() - start
     samples = sampler.stop()
     if process.returncode != 0:
-        raise SystemExit(f"embedpipe index failed ({process.returncode}):\n{stderr}")
+        raise SystemExit(f"{' '.join(command[:4])} ... failed ({process.returncode}):\n{stderr[-4000:]}")
+    return {"wall_s": wall_s, "pid": process.pid, **samples}
+
+
+def run_index(corpus: Path, folder: Path, output: Path, device: str, options: tuple[str, ...] = (),
+              timeout: float | None = None) -> dict:
+    """`embedpipe index` with `options` in a fresh process, sampled; its figures from metrics.json."""
+    shutil.rmtree(output, ignore_errors=True)
+    command = [sys.executable, "-m", "embedpipe.cli.main", "index", str(corpus), "--output", str(output),
+               "--model", str(folder), "--device", device, "--quiet", *options]
+    run = run_sampled(command, device, timeout)
     metrics = json.loads((output / "metrics.json").read_text())
-    return {"wall_s": time.perf_counter() - start, "job_s": metrics["seconds"], "rows": metrics["rows"],
+    return {**run, "job_s": metrics["seconds"], "rows": metrics["rows"], "tokens": metrics["tokens"],
             "embeddings_per_s": metrics["embeddings_per_s"], "tokens_per_s": metrics["tokens_per_s"],
-            "padding_waste": metrics["padding_waste"], "index_rows": metrics["index"]["num_rows"], **samples}
+            "padding_waste": metrics["padding_waste"], "index_rows": metrics["index"]["num_rows"]}
 
 
-def stream(engine: Engine, batches: list, in_flight: int) -> float:
+def run_user_script(corpus: Path, folder: Path, output: Path, device: str, default_batch_rows: int,
+                    timeout: float | None = None) -> dict:
+    """st_index.py in a fresh process, sampled: its wall, its phases, its encode's rates at batch 256 and 32."""
+    shutil.rmtree(output, ignore_errors=True)
+    command = [sys.executable, str(ST_INDEX), str(corpus), str(folder), str(output), "--device", device,
+               "--batch-size", "256", "--default-batch-rows", str(default_batch_rows)]
+    run = run_sampled(command, device, timeout)
+    times = json.loads((output / "timings.json").read_text())
+    return {**run, **times, "embeddings_per_s": times["rows"] / times["encode_s"]}
+
+
+def stream(engine, batches: list, in_flight: int) -> float:
     """Seconds to run `batches` with `in_flight` batches queued on the device."""
     synchronize(str(engine.device))
     start, pending = time.perf_counter(), deque()
@@ -106,121 +130,106 @@ def stream(engine: Engine, batches: list, in_flight: int) -> float:
     return time.perf_counter() - start
 
 
-def ragged_batches(sequences: list[list[int]], budget: int) -> list:
-    batcher = TokenBudgetBatcher(BatcherConfig(max_batch_tokens=budget))
-    batches = []
-    for i, ids in enumerate(sequences):
-        batcher.add(ids, i)
-        while (batch := batcher.next_batch()) is not None:
-            batches.append(batch)
-    while (batch := batcher.next_batch(flush=True)) is not None:
-        batches.append(batch)
-    return batches
+def corpus_file(folder: Path, rows: int, work: Path) -> Path:
+    """The corpus of `rows` texts (log-normal lengths, median 64 tokens, 20-512), one per tokenizer: the first rows
+    of a larger one already written (the same draws), else written."""
+    tokenizer = hashlib.sha1((folder / "tokenizer.json").read_bytes()).hexdigest()[:8]
+    path = work / f"corpus-{tokenizer}-{rows}.parquet"
+    larger = sorted(work.glob(f"corpus-{tokenizer}-*.parquet"), key=lambda p: int(p.stem.rsplit("-", 1)[1]))
+    larger = [p for p in larger if int(p.stem.rsplit("-", 1)[1]) >= rows]
+    if not path.exists() and larger:
+        pq.write_table(pq.read_table(larger[0]).slice(0, rows), path, row_group_size=4096)
+    elif not path.exists():
+        start = time.perf_counter()
+        write_corpus(texts_of_lengths(folder, corpus_lengths(rows), seed=5), path)
+        print(f"  corpus of {rows:,} rows written in {time.perf_counter() - start:.1f} s", flush=True)
+    return path
 
 
-def padded_batches(sequences: list[list[int]], budget: int, max_seqs: int = 512) -> list:
-    """In input order, as many sequences per batch as fit `budget` once each is padded to the longest."""
-    policy, batches, group = BucketPolicy(), [], []
-    for ids in sequences:
-        longest = max([len(ids)] + [len(s) for s in group])
-        if group and (policy.pad_tokens(longest * (len(group) + 1)) > budget or len(group) == max_seqs):
-            batches.append(_pad_group(group, policy))
-            group = []
-        group.append(ids)
-    batches.append(_pad_group(group, policy))
-    return batches
+def vectors_by_id(path: Path, rows: int) -> np.ndarray:
+    """The first `rows` vectors by id of an embeddings Parquet file or folder."""
+    table = pq.read_table(path, columns=["id", "embedding"]).sort_by("id").slice(0, rows)
+    return table.column("embedding").combine_chunks().flatten().to_numpy().reshape(len(table), -1)
 
 
-def _pad_group(group: list[list[int]], policy: BucketPolicy):
-    longest = max(map(len, group))
-    return pack([s + [0] * (longest - len(s)) for s in group], policy)
+class IndexingRun:
+    """Writes the corpus on a thread while the other suites' processes load (`ready()` waits for it); each
+    round's processes are timed from their start."""
 
+    def __init__(self, ctx):
+        self.ctx, self.rows = ctx, ctx.sizes.rows_for(ctx.name)
+        self.default_rows = min(ctx.sizes.default_batch_rows_for(ctx.name), self.rows)
+        self.corpus, self.failure = None, None
+        self.thread = threading.Thread(target=self.write_corpus, daemon=True)
+        self.thread.start()
 
-def engine_variants(folder: Path, device: str, sequences: list[list[int]], budget: int) -> dict:
-    cuda = device.startswith("cuda")
-    num_tokens = sum(map(len, sequences))
-    ragged, padded = ragged_batches(sequences, budget), padded_batches(sequences, budget)
-    # name: (engine, batches, batches in flight, warm-up passes: on CUDA the second hit of a key captures
-    # its graph; no double-buffering runs the batches, and so the graphs, of "ours")
-    runs = {"ours": ("graphs", ragged, 2, 2 if cuda else 1), "ours-no-double-buffer": ("graphs", ragged, 1, 0),
-            "ours-padded": ("graphs", padded, 2, 2 if cuda else 1)}
-    if cuda:
-        runs["ours-no-graphs"] = ("eager", ragged, 2, 1)
-    engines = {"graphs": Engine(EngineConfig(model=str(folder), device=device))}
-    if cuda:
-        engines["eager"] = Engine(EngineConfig(model=str(folder), device=device, graphs=GraphConfig(enabled=False)))
-    result = {}
-    for name, (kind, batches, in_flight, warmups) in runs.items():
-        for _ in range(warmups):
-            stream(engines[kind], batches[:64 if cuda else 1], in_flight)
-        seconds = stream(engines[kind], batches, in_flight)
-        result[name] = {"seconds": seconds, "embeddings_per_s": len(sequences) / seconds,
-                        "tokens_per_s": num_tokens / seconds, "batches": len(batches)}
-    return result
+    def write_corpus(self) -> None:
+        try:
+            self.corpus = corpus_file(self.ctx.folder, self.rows, self.ctx.work)
+        except BaseException as error:  # re-raised by ready()
+            self.failure = error
 
+    def ready(self) -> None:
+        self.thread.join()
+        if self.failure is not None:
+            raise self.failure
 
-def peers(folder: Path, device: str, pooling: str, texts: list[str], sequences: list[list[int]]) -> tuple[dict, dict]:
-    """Rates of the peers on the same rows, and their vectors (for the agreement check)."""
-    num_tokens = sum(map(len, sequences))
-    st = SentenceTransformersPeer(folder, device)
-    st.encode(texts[:ST_BATCH])
-    start = time.perf_counter()
-    st_vectors = st.encode(texts)
-    st_s = time.perf_counter() - start
-    diagnostics = sentence_transformers_diagnostics(st, texts)
-    del st
-    hf = TransformersPeer(folder, pooling, device)
-    hf(sequences[:ST_BATCH])
-    start = time.perf_counter()
-    hf_vectors = np.concatenate([hf(sequences[i:i + ST_BATCH]).numpy() for i in range(0, len(sequences), ST_BATCH)])
-    hf_s = time.perf_counter() - start
-    diagnostics["transformers_attention"] = hf.model.config._attn_implementation
-    del hf
-    rate = lambda s: {"seconds": s, "embeddings_per_s": len(texts) / s, "tokens_per_s": num_tokens / s}
-    return ({"sentence-transformers": rate(st_s), "transformers": rate(hf_s)},
-            {"sentence-transformers": st_vectors, "transformers": hf_vectors}, diagnostics)
+    def stop(self) -> None:
+        self.thread.join()
 
+    def measure(self) -> dict:
+        ctx, sizes = self.ctx, self.ctx.sizes
+        rounds, cut = round_robin(list(SYSTEMS), sizes.rounds, self.run_one, ctx.deadline, "indexing")
+        out = self.summary(rounds, self.rows)
+        out["agreement"] = self.agreement(self.rows)
+        if cut:
+            out["rounds_cut"] = cut
+        shutil.rmtree(ctx.work / f"index-{ctx.name}", ignore_errors=True)
+        return out
 
-def sentence_transformers_diagnostics(st: SentenceTransformersPeer, texts: list[str]) -> dict:
-    """Why `encode` runs far below transformers on the GPU (not on the CPU): its attention implementation
-    and the time its own tokenising of the same batches takes."""
-    start = time.perf_counter()
-    for i in range(0, len(texts), ST_BATCH):
-        st.model.tokenize(texts[i:i + ST_BATCH])
-    return {"sentence_transformers_tokenize_s": time.perf_counter() - start,
-            "sentence_transformers_attention": st.model[0].auto_model.config._attn_implementation}
+    def output(self, system: str, r: int) -> Path:
+        return self.ctx.work / f"index-{self.ctx.name}" / f"{'ours' if system == SYSTEMS[0] else 'st'}-{r}"
 
+    def run_one(self, system: str, r: int) -> dict:
+        ctx = self.ctx
+        clocks = warm(ctx.device)
+        if system == SYSTEMS[0]:
+            result = run_index(self.corpus, ctx.folder, self.output(system, r), ctx.device,
+                               timeout=ctx.deadline.timeout())
+        else:
+            result = run_user_script(self.corpus, ctx.folder, self.output(system, r), ctx.device, self.default_rows,
+                                     ctx.deadline.timeout())
+        result["wall_embeddings_per_s"] = result["rows"] / result["wall_s"]
+        print(f"  round {r} {system:22s} {result['embeddings_per_s']:10,.0f} embeddings/s (own clock), "
+              f"{result['wall_embeddings_per_s']:8,.0f} with start-up ({result['wall_s']:.1f} s)", flush=True)
+        if r:  # round 0's vectors are compared at the end
+            shutil.rmtree(self.output(system, r), ignore_errors=True)
+        return {**result, "clocks_before": clocks}
 
-def written_vectors(output: Path, rows: int) -> np.ndarray:
-    table = pq.read_table(output / "embeddings").sort_by("id")
-    return table.column("embedding").combine_chunks().flatten().to_numpy().reshape(len(table), -1)[:rows]
+    def summary(self, rounds: dict, rows: int) -> dict:
+        """Each system's rounds summarised; batch 32 as a system of its own; ours vs each, round by round."""
+        ours, st = rounds[SYSTEMS[0]], rounds[SYSTEMS[1]]
+        st32 = [{"embeddings_per_s": r["default_batch_rows"] / r["default_batch_encode_s"],
+                 "encode_s": r["default_batch_encode_s"], "rows": r["default_batch_rows"]} for r in st]
+        pids = {SYSTEMS[0]: [r["pid"] for r in ours], SYSTEMS[1]: [r["pid"] for r in st]}
+        same_process_check(pids)
+        return {"corpus": {"rows": rows, "tokens": ours[0]["tokens"], "file": self.corpus.name,
+                           "median_tokens": float(np.median(corpus_lengths(rows))),
+                           "default_batch_rows": self.default_rows},
+                "rounds": len(ours), "pids": pids,
+                "systems": {SYSTEMS[0]: summarize(ours), "sentence-transformers (batch 256)": summarize(st),
+                            "sentence-transformers (batch 32)": summarize(st32)},
+                "vs": {"sentence-transformers (batch 256)": {
+                           "wall": ratio(ours, st, "wall_embeddings_per_s", True),
+                           "own_clock": ratio(ours, st, "embeddings_per_s", True)},
+                       "sentence-transformers (batch 32)": {"own_clock": ratio(ours, st32, "embeddings_per_s", True)}}}
 
-
-def run(folder: Path, device: str, sizes, work: Path) -> dict:
-    lengths = corpus_lengths(sizes.corpus_rows)
-    texts = texts_of_lengths(folder, lengths, seed=5)
-    corpus = write_corpus(texts, work / f"corpus-{folder.name}.parquet")
-    index = run_index(corpus, folder, work / f"index-{folder.name}", device)
-    print(f"  index: {index['embeddings_per_s']:,.0f} embeddings/s, {index['tokens_per_s']:,.0f} tokens/s "
-          f"(job clock), GPU busy {index.get('gpu_busy_while_embedding', float('nan')):.0%}, "
-          f"{index['wall_s']:.1f} s with start-up", flush=True)
-    budget = 16384 if device.startswith("cuda") else CPU_BATCH_TOKENS
-    model = read_model_folder(str(folder))
-    sequences, _ = TextTokenizer(model.tokenizer_file, model.max_seq_length, model.prompt(None)).encode(texts)
-    start = time.perf_counter()
-    ours = engine_variants(folder, device, sequences, budget)
-    print(f"  engine variants: {time.perf_counter() - start:.1f} s", flush=True)
-    rows = min(sizes.peer_rows, len(texts))
-    start = time.perf_counter()
-    peer, peer_vectors, diagnostics = peers(folder, device, model.pooling, texts[:rows], sequences[:rows])
-    print(f"  peer diagnostics: {diagnostics}", flush=True)
-    print(f"  peers: {time.perf_counter() - start:.1f} s", flush=True)
-    written = written_vectors(work / f"index-{folder.name}", rows)
-    agreement = {name: min_cosine(written, vectors) for name, vectors in peer_vectors.items()}
-    for name, cosine in agreement.items():
+    def agreement(self, rows: int) -> dict:
+        """Min cosine of the first rows' vectors as round 0's processes wrote them."""
+        check = min(CHECK_ROWS, rows)
+        ours = vectors_by_id(self.output(SYSTEMS[0], 0) / "embeddings", check)
+        st = vectors_by_id(self.output(SYSTEMS[1], 0) / "embeddings.parquet", check)
+        cosine = min_cosine(ours, st)
         if cosine < AGREEMENT:
-            raise SystemExit(f"{folder}: the index's vectors disagree with {name} (min cosine {cosine:.5f})")
-    return {"corpus": {"rows": len(texts), "tokens": int(sum(map(len, sequences))), "peer_rows": rows,
-                       "median_tokens": float(np.median(list(map(len, sequences)))),
-                       "max_tokens": int(max(map(len, sequences)))},
-            "index": index, "engine": ours, "peers": peer, "peer_diagnostics": diagnostics, "agreement": agreement}
+            raise SystemExit(f"the index's vectors disagree with sentence-transformers' (min cosine {cosine:.5f})")
+        return {"sentence-transformers": cosine, "rows": check}

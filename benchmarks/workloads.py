@@ -13,6 +13,7 @@ CORPUS_RANGE = (20, 512)
 def vocabulary_words(folder: Path) -> tuple[object, np.ndarray]:
     from tokenizers import Tokenizer
     tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    tokenizer.no_truncation()  # MiniLM's tokenizer.json cuts at 128: "512-token" texts were 130 tokens long
     words = sorted(w for w in tokenizer.get_vocab() if w.isalpha() and w.isascii() and len(w) > 2)
     return tokenizer, np.array(words)  # an array: rng.choice would convert a list on every call
 

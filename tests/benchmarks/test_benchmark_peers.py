@@ -33,3 +33,20 @@ def test_peers_agree_with_the_engine(tmp_path, shape):
     assert cosine(ours, transformers_peer(sequences)).min() >= 0.9999
     assert cosine(ours, st_peer(sequences)).min() >= 0.9999
     assert cosine(embed_texts(engine, make_tokenizer(engine), TEXTS), st_peer.encode(TEXTS)).min() >= 0.9999
+
+
+@pytest.mark.parametrize("shape", ["tiny-bert", "tiny-qwen3", "tiny-qwen3-bidirectional"])
+def test_user_script_agrees_with_the_engine(tmp_path, shape):
+    """Suite 5's script (st_index.py): SentenceTransformer.encode as a user calls it, with pplx-embed's full
+    attention for a bidirectional folder, gives our engine's vectors."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    from st_index import full_attention
+    write_random_model(shape, tmp_path)
+    engine = Engine(EngineConfig(model=str(tmp_path), device="cpu"))
+    model = SentenceTransformer(str(tmp_path), device="cpu", model_kwargs={"torch_dtype": torch.float32})
+    if "bidirectional" in shape:
+        full_attention(model)
+    vectors = model.encode(TEXTS, batch_size=2, normalize_embeddings=True)
+    assert cosine(embed_texts(engine, make_tokenizer(engine), TEXTS), vectors).min() >= 0.9999

@@ -1,4 +1,6 @@
-"""`benchmarks/run.py --quick` on the CPU: every suite runs and writes well-formed results (no timing checks)."""
+"""`benchmarks/run.py --quick` on the CPU: every suite runs through the isolated-process path (each system a process
+of its own, rounds alternating) and writes well-formed results (no timing checks); the README's benchmark block is
+what `benchmarks/report.py --readme` makes of the results it names."""
 import json
 import math
 import subprocess
@@ -10,16 +12,32 @@ import pytest
 from support.paths import REPO
 
 RUN = REPO / "benchmarks" / "run.py"
-PEERS_IN_PROCESS = {"ours", "transformers", "sentence-transformers"}
+IN_PROCESS = {"ours", "transformers", "sentence-transformers"}
+sys.path.insert(0, str(RUN.parent))
+import report  # noqa: E402
 
 
 def positive(value) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
 
 
-def check_percentiles(stats: dict) -> None:
-    assert all(positive(stats[k]) for k in ("p50", "p90", "p99", "max")), stats
-    assert stats["p50"] <= stats["p90"] <= stats["p99"] <= stats["max"], stats
+def check_spread(spread: dict) -> None:
+    assert positive(spread["median"]) and spread["min"] <= spread["median"] <= spread["max"], spread
+
+
+def check_summary(summary: dict, rounds: int, keys=("p50", "p90", "p99", "max")) -> None:
+    """Every figure summarised over `rounds` rounds; percentiles ordered within each round."""
+    assert len(summary["rounds"]) == rounds, summary
+    for key in keys:
+        check_spread(summary[key])
+    for r in summary["rounds"]:
+        if "p50" in keys:
+            assert r["p50"] <= r["p90"] <= r["p99"] <= r["max"], r
+
+
+def check_ratio(value: dict, rounds: int) -> None:
+    check_spread(value)
+    assert len(value["rounds"]) == rounds and all(positive(v) for v in value["rounds"])
 
 
 @pytest.fixture(scope="module")
@@ -32,60 +50,100 @@ def quick(tmp_path_factory) -> tuple[dict, Path]:
 
 
 @pytest.mark.slow
-def test_quick_run_writes_every_suite(quick):
-    results, out = quick
-    sizes = results["sizes"]
-    assert results["device"] == "cpu" and positive(results["ceilings"]["matmul_tflops"])
-    assert positive(results["ceilings"]["copy_tbps"])
-    minilm = results["models"]["minilm"]
-    assert set(minilm["seconds"]) == {"latency", "http", "indexing"}
-
-    for tokens in map(str, sizes["latency_tokens"]):  # 1. batch-1 latency
-        assert set(minilm["latency"][tokens]) == PEERS_IN_PROCESS
-        for stats in minilm["latency"][tokens].values():
-            check_percentiles(stats)
-            assert positive(stats["weight_bandwidth_fraction"])
-    for seqs in map(str, sizes["scoring_batches"]):  # 2. scoring
-        assert set(minilm["scoring"][seqs]) == PEERS_IN_PROCESS
-        for stats in minilm["scoring"][seqs].values():
-            check_percentiles(stats)
-            assert positive(stats["mfu"])
-    for tokens in map(str, sizes["throughput_tokens"]):  # 3. throughput over HTTP
-        for server in ("ours", "peer"):
-            row = minilm["throughput"][tokens][server]
-            assert row["requests"] == sizes["throughput_clients"] * sizes["throughput_requests"]
-            assert positive(row["embeddings_per_s"]) and positive(row["mfu"])
-    for clients in map(str, sizes["concurrency"]):  # 4. concurrency over HTTP
-        for server in ("ours", "peer"):
-            check_percentiles(minilm["concurrency"][clients][server])
-        assert minilm["concurrency"][clients]["ours"]["mean_batch_sequences"] >= 1
-
-    indexing = minilm["indexing"]  # 5. offline indexing
-    assert indexing["index"]["rows"] == indexing["index"]["index_rows"] == sizes["corpus_rows"]
-    assert positive(indexing["index"]["embeddings_per_s"]) and positive(indexing["index"]["peak_rss_mib"])
-    assert set(indexing["engine"]) == {"ours", "ours-no-double-buffer", "ours-padded"}
-    assert set(indexing["peers"]) == {"transformers", "sentence-transformers"}
-    for run in [*indexing["engine"].values(), *indexing["peers"].values()]:
-        assert positive(run["embeddings_per_s"]) and positive(run["tokens_per_s"])
-
-    agreements = [*minilm["agreement"].values(), *minilm["http_agreement"].values(), *indexing["agreement"].values()]
-    assert len(agreements) == 6 and min(agreements) >= 0.999
+def test_quick_run_writes_suites_1_and_2(quick):
+    results, _ = quick
+    sizes, minilm = results["sizes"], results["models"]["minilm"]
+    assert results["format"] == report.FORMAT and results["device"] == "cpu"
+    assert set(minilm["seconds"]) == {"start", "latency", "http", "indexing"} and "errors" not in minilm
+    latency = minilm["latency"]
+    assert latency["rounds"] == sizes["rounds"] >= 2
+    for group, key in (("latency", "latency_tokens"), ("scoring", "scoring_batches")):
+        for size in map(str, sizes[key]):
+            row = latency[group][size]
+            assert set(row) == IN_PROCESS | {"vs"}
+            for name in IN_PROCESS:
+                check_summary(row[name], sizes["rounds"])
+            for peer in IN_PROCESS - {"ours"}:
+                check_ratio(row["vs"][peer], sizes["rounds"])
+    assert min(latency["agreement"].values()) >= 0.999
 
 
 @pytest.mark.slow
-def test_quick_run_writes_report_and_plots(quick):
+def test_quick_run_writes_suites_3_and_4(quick):
+    results, _ = quick
+    sizes, http = results["sizes"], results["models"]["minilm"]["http"]
+    for tokens in map(str, sizes["throughput_tokens"]):  # 3. throughput over HTTP
+        row = http["throughput"][tokens]
+        for server in ("ours", "peer"):
+            check_summary(row[server], sizes["rounds"], ("embeddings_per_s", "tokens_per_s"))
+            assert all(r["requests"] == sizes["throughput_clients"] * sizes["throughput_requests"]
+                       for r in row[server]["rounds"])
+        check_ratio(row["vs"]["peer"], sizes["rounds"])
+    assert set(http["concurrency"]) == {"passages", "queries"}  # 4. concurrency: long texts and short queries
+    assert http["concurrency"]["queries"]["tokens"] < http["concurrency"]["passages"]["tokens"]
+    for kind in http["concurrency"].values():
+        assert list(kind["levels"]) == [str(c) for c in sizes["concurrency"]]
+        for row in kind["levels"].values():
+            for server in ("ours", "peer"):
+                check_summary(row[server], sizes["rounds"])
+            check_spread(row["ours"]["mean_batch_sequences"])
+            check_ratio(row["vs"]["peer"], sizes["rounds"])
+    assert min(http["agreement"].values()) >= 0.999
+
+
+@pytest.mark.slow
+def test_quick_run_writes_suite_5(quick):
+    results, _ = quick
+    sizes, indexing = results["sizes"], results["models"]["minilm"]["indexing"]
+    systems = indexing["systems"]
+    assert set(systems) == {"embedpipe index", "sentence-transformers (batch 256)", "sentence-transformers (batch 32)"}
+    for system in systems.values():
+        check_summary(system, sizes["rounds"], ("embeddings_per_s",))
+    for r in systems["embedpipe index"]["rounds"]:
+        assert r["rows"] == r["index_rows"] == sizes["corpus_rows"]
+        assert positive(r["job_s"]) and r["wall_s"] > r["job_s"] and positive(r["peak_rss_mib"])
+    for r in systems["sentence-transformers (batch 256)"]["rounds"]:  # the whole script, and encode alone in it
+        assert r["rows"] == sizes["corpus_rows"] and r["wall_s"] > r["encode_s"] > 0
+    for name, vs in indexing["vs"].items():
+        for value in vs.values():
+            check_ratio(value, sizes["rounds"])
+    assert indexing["agreement"]["sentence-transformers"] >= 0.999
+
+
+@pytest.mark.slow
+def test_quick_run_gives_every_system_a_process_of_its_own(quick):
+    """Each peer, and each round, ran in a process other than ours and other than the run's own."""
+    results, _ = quick
+    minilm = results["models"]["minilm"]
+    pids = [*minilm["latency"]["pids"].values(), *minilm["http"]["pids"].values(), *minilm["indexing"]["pids"].values()]
+    flat = [pid for values in pids for pid in values]
+    assert len(flat) == len(set(flat)) == 3 * results["sizes"]["rounds"] + 2 + 2 * results["sizes"]["rounds"]
+    assert results["pid"] not in flat
+
+
+@pytest.mark.slow
+def test_quick_run_writes_report_plots_and_readme_block(quick):
     results, out = quick
     table = (out / "results.md").read_text()
     for heading in ("1. Low-latency embedding", "2. Low-latency scoring", "3. High throughput",
-                    "4. Concurrency", "5. Offline indexing", "Agreement"):
+                    "4. Concurrency", "5. Offline indexing", "Agreement", "Where we lose"):
         assert heading in table
     for plot in ("latency.png", "http.png", "indexing.png"):
         assert (out / plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    block = report.readme_block(out)
+    assert block.startswith(report.BEGIN) and block.endswith(report.END)
+    assert "| minilm | 1 x 32 |" in block and "| minilm | 96 |" in block and "Where we lose" in block
+
+
+def test_readme_block_is_what_report_makes_of_the_results_it_names():
+    """The block names its results folder (or none); regenerated from it, it is the README's text. With none,
+    no committed results folder of this format exists (`report.py --readme` would pick it up)."""
+    source = report.readme_source()
+    assert report.readme_block(source) in report.README.read_text(), "run: python benchmarks/report.py --readme"
+    assert source == report.newest_results(), "a newer results folder exists: python benchmarks/report.py --readme"
 
 
 def test_merge_keeps_each_models_suites_from_both_runs():
-    sys.path.insert(0, str(RUN.parent))
-    import report
     first = {"environment": {"date": "a"}, "runs": [{"command": "first"}],
              "models": {"m": {"latency": {"x": 1}, "http": {"y": 1}, "seconds": {"latency": 1.0, "http": 2.0,
                                                                              "indexing": 3.0},
@@ -100,6 +158,8 @@ def test_merge_keeps_each_models_suites_from_both_runs():
     assert [r["command"] for r in merged["runs"]] == ["first", "second"] and merged["environment"] == {"date": "a"}
     failed_again = {"models": {"m": {"seconds": {"http": 5.0}, "errors": {"http": "refused"}}}}
     assert report.merge(first, failed_again)["models"]["m"]["errors"] == {"indexing": "killed", "http": "refused"}
+    cut_short = {"models": {"m": {"seconds": {"latency": 1.0}, "skipped": {"indexing": "budget"}}}}
+    assert "skipped" not in report.merge(cut_short, second)["models"]["m"]  # the second call ran it
 
 
 @pytest.mark.slow
