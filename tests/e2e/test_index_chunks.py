@@ -165,7 +165,7 @@ def test_other_windows_on_the_same_output_are_refused(job):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--chunk-overlap", "4"], "--chunk-overlap and --chunk-on shape the windows of --chunk-tokens; give it too"),
+    (["--chunk-overlap", "4"], "--chunk-overlap, --chunk-on and --late-chunking shape the windows of --chunk-tokens; give it too"),
     (["--chunk-tokens", "0"], "--chunk-tokens must be a positive integer, not 0"),
     (["--chunk-tokens", "300"], "--chunk-tokens 300 is more than the max length 256 (the model's max_seq_length, or "
                                 "--max-length)"),

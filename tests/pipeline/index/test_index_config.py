@@ -64,7 +64,9 @@ def test_missing_config_file(tmp_path):
     ({"prompt": "q: ", "prompt_name": "query"}, "either prompt or prompt-name"),
     ({"workers": -1}, "workers must be >= 0"),
     ({"rows_per_unit": 0}, "must be positive"),
-    ({"chunk_overlap": 4}, "--chunk-overlap and --chunk-on shape the windows of --chunk-tokens; give it too"),
+    ({"chunk_overlap": 4}, "--chunk-overlap, --chunk-on and --late-chunking shape the windows of --chunk-tokens; give it too"),
+    ({"late_chunking": True}, "--chunk-overlap, --chunk-on and --late-chunking shape the windows of --chunk-tokens; "
+                              "give it too"),
     ({"chunk_on": "sentence"}, "give it too"),
     ({"chunk_tokens": 0}, "--chunk-tokens must be a positive integer, not 0"),
     ({"chunk_tokens": 8, "chunk_overlap": 8}, r"--chunk-overlap must be from 0 to --chunk-tokens - 1 \(7\), not 8"),
