@@ -225,11 +225,17 @@ def run_verify(outputs: list, index_dir, inputs: list[str] | None) -> None:
 
 def run_query(text: str, index_dir, k: int, as_json: bool, model: str | None, dim: int | None,
               dtype: str | None, prompt: str | None, prompt_name: str | None, device: str,
-              nprobe: int | None = None, ef_search: int | None = None) -> None:
-    """With an index: print the top-k hits of `text`; without: print its embedding, like `embed`."""
+              nprobe: int | None = None, ef_search: int | None = None, rerank: str | None = None,
+              top: int | None = None) -> None:
+    """With an index: print the top-k hits of `text` (with rerank: reranked, the best `top`); without: print its
+    embedding, like `embed`."""
     from embedpipe.kernels.engine import EngineConfig
     from embedpipe.pipeline.serve.query import format_hits, query_prompt_name, search
 
+    if index_dir is None and (rerank is not None or top is not None):
+        fail("--rerank and --top rerank an index's hits; give --index OUTPUT")
+    if rerank is None and top is not None:
+        fail("--top is for --rerank; -k sets how many hits to print")
     if index_dir is None:
         try:
             config = EngineConfig(model=model or "minilm", dim=dim, output_dtype=dtype or "float32", device=device)
@@ -243,7 +249,11 @@ def run_query(text: str, index_dir, k: int, as_json: bool, model: str | None, di
     if k <= 0:
         fail("-k must be positive")
     try:
-        hits = search(index_dir, text, k, device, prompt, prompt_name, nprobe, ef_search)
+        if rerank is None:
+            hits = search(index_dir, text, k, device, prompt, prompt_name, nprobe, ef_search)
+        else:
+            from embedpipe.pipeline.api import search_reranked
+            hits = search_reranked(index_dir, text, k, top, rerank, device, prompt, prompt_name, nprobe, ef_search)
     except USER_ERRORS + (ValueError,) as e:
         fail(str(e))
     print(format_hits(hits, as_json))

@@ -148,8 +148,15 @@ def query(
     prompt_name: Optional[str] = typer.Option(
         None, "--prompt-name", help="A prompt of the model (default: its `query` prompt when it has one)."),
     device: str = DEVICE, nprobe: Optional[int] = NPROBE, ef_search: Optional[int] = EF_SEARCH,
+    rerank: Optional[str] = typer.Option(
+        None, "--rerank", metavar="M",
+        help="Rerank the -k hits with this reranker folder against TEXT (each hit's document: its kept text column, "
+             "so index with --keep-columns text) and print them by rerank score."),
+    top: Optional[int] = typer.Option(None, "--top", min=1,
+                                      help="With --rerank: print only the best N (default: all k)."),
 ):
-    """Embed TEXT with the index's model and settings (query prompt applied) and print the top-k rows."""
+    """Embed TEXT with the index's model and settings (query prompt applied) and print the top-k rows; with --rerank,
+    rescore them with a reranker and print them best first."""
     from embedpipe.cli.commands import run_query
     run_query(text, index, k, as_json, model, dim, dtype and dtype.value, prompt, prompt_name, device,
-              nprobe, ef_search)
+              nprobe, ef_search, rerank, top)

@@ -50,8 +50,13 @@ def serve(model: str = MODEL,
           served_model_name: Optional[list[str]] = typer.Option(
               None, "--served-model-name", metavar="NAME",
               help="Another name the model answers to as a request's \"model\" (repeatable); the first is the one "
-                   "responses carry when a request names none. The model's own name stays accepted.")):
-    """Serve OpenAI-compatible /v1/embeddings (and /v1/search with --index), and TEI's /embed, over HTTP."""
+                   "responses carry when a request names none. The model's own name stays accepted."),
+          rerank_model: Optional[str] = typer.Option(
+              None, "--rerank-model", metavar="M",
+              help="Also serve POST /v1/rerank with this reranker folder (a BERT / XLM-R cross-encoder or "
+                   "Qwen3-Reranker), on its own engine next to --model's; at most --max-inputs documents a request.")):
+    """Serve OpenAI-compatible /v1/embeddings (and /v1/search with --index, /v1/rerank with --rerank-model), and
+    TEI's /embed, over HTTP."""
     from embedpipe.kernels.engine import EngineConfig
     from embedpipe.pipeline.batching.batcher import BatcherConfig
     from embedpipe.cli.commands import USER_ERRORS, fail
@@ -70,7 +75,9 @@ def serve(model: str = MODEL,
                              batching=BatcherConfig(max_batch_tokens=max_batch_tokens),
                              tokenizer_threads=tokenizer_threads, http_workers=http_workers,
                              max_in_flight=max_in_flight, api_key=api_key,
-                             served_model_names=tuple(served_model_name or ()))
+                             served_model_names=tuple(served_model_name or ()),
+                             rerank=None if rerank_model is None else EngineConfig(model=rerank_model, device=device,
+                                                                                   task="score"))
     except ValueError as e:
         fail(str(e))
     try:

@@ -20,7 +20,7 @@ from embedpipe.pipeline.batching.batcher import BatcherConfig
 from embedpipe.pipeline.batching.embed import embed_token_ids, embed_texts, embed_windows
 from embedpipe.pipeline.batching.rerank import Scored, score_documents
 from embedpipe.pipeline.config import ConfigError, IndexOptions, JobConfig, job_config
-from embedpipe.pipeline.serve.query import load_index, query_embedder
+from embedpipe.pipeline.serve.query import check_text_column, hit_texts, load_index, query_embedder, reranked, search
 from embedpipe.pipeline.text.chunking import ChunkConfig
 from embedpipe.pipeline.text.late_chunking import chunker_of
 from embedpipe.pipeline.text.pairs import make_pair_tokenizer
@@ -226,3 +226,19 @@ class TextReranker:
                 not all(isinstance(document, str) for document in documents):
             raise ConfigError("rerank takes a query text and a list of document texts")
         return score_documents(self.engine, self.tokenizer, query, list(documents), self.batching, truncate)
+
+
+def search_reranked(index_dir: Path, text: str, k: int, top: int | None, rerank_model: str, device: str,
+                    prompt: str | None = None, prompt_name: str | None = None, nprobe: int | None = None,
+                    ef_search: int | None = None) -> list[dict]:
+    """`query --rerank`: the top-k hits of `text` retrieved from the index, rescored by the reranker against `text`
+    (each hit's document: its kept text column) and ordered by that score: at most `top` hits, each with
+    "rerank_score" besides its retrieval "score". Raises NoTextColumn (a UserError) before any model loads when the
+    output kept no text column."""
+    index = load_index(index_dir, nprobe, ef_search)
+    check_text_column(index)
+    reranker = TextReranker(rerank_model, device, None, None, None)
+    hits = search(index, text, k, device, prompt, prompt_name)
+    if not hits:
+        return []
+    return reranked(hits, reranker.score(text, hit_texts(hits)).scores, top)

@@ -1,6 +1,6 @@
-"""`embedpipe serve`: OpenAI-compatible embeddings and index search over HTTP (Starlette + uvicorn), and TEI's
-/embed and /info (tei.py); with --api-key, every route but GET /health wants the key (auth.py). Every answer
-carries TEI's x-*-time headers (timing.py).
+"""`embedpipe serve`: OpenAI-compatible embeddings and index search over HTTP (Starlette + uvicorn), /v1/rerank with
+--rerank-model (rerank.py), and TEI's /embed and /info (tei.py); with --api-key, every route but GET /health wants
+the key (auth.py). Every answer carries TEI's x-*-time headers (timing.py).
 
 Starlette, not FastAPI on top of it: the requests are parsed and checked here (protocol.py),
 and FastAPI's layers (validation, dependency and telemetry middleware) cost a fifth of the
@@ -42,6 +42,7 @@ from embedpipe.pipeline.serve.metrics import Metrics
 from embedpipe.pipeline.serve.protocol import (ApiError, Limits, check_lengths, dumps, embeddings_response,
                                                openai_error, parse_embeddings, parse_search, search_response,
                                                served_name, shorten)
+from embedpipe.pipeline.serve.rerank import RerankEndpoint
 from embedpipe.pipeline.serve.scheduler import MAX_IN_FLIGHT, Scheduler, SchedulerClosed
 from embedpipe.pipeline.serve.tei import embed_response, finish, parse_embed, tei_error, tei_info
 from embedpipe.pipeline.serve.timing import RequestTimes, lap
@@ -63,24 +64,33 @@ class EngineFailed(JobFault):
 
 
 class LocalBackend:
-    """The engine (on its scheduler's thread), the index and the metrics, in this process."""
+    """The engine (on its scheduler's thread), the index and the metrics, in this process; with a reranker, its
+    engine on a second scheduler's thread (its pairs batched as the embeddings' sequences are)."""
 
-    def __init__(self, engine: Engine, index, batching: BatcherConfig, max_in_flight: int = MAX_IN_FLIGHT):
+    def __init__(self, engine: Engine, index, batching: BatcherConfig, max_in_flight: int = MAX_IN_FLIGHT,
+                 reranker: Engine | None = None):
         self.engine, self.index, self.batching, self.max_in_flight = engine, index, batching, max_in_flight
+        self.reranker = reranker
         self.metrics = Metrics(engine)
         self.scheduler: Scheduler | None = None
+        self.rerank_scheduler: Scheduler | None = None
 
     def start(self) -> None:
         self.scheduler = Scheduler(self.engine, self.batching, self.metrics.on_batch, self.max_in_flight)
+        if self.reranker is not None:
+            self.rerank_scheduler = Scheduler(self.reranker, self.batching, None, self.max_in_flight)
 
     def close(self) -> None:
-        """Finishes every queued job and stops the engine thread."""
-        self.scheduler.close()
+        """Finishes every queued job and stops the engine threads."""
+        for scheduler in (self.scheduler, self.rerank_scheduler):
+            if scheduler is not None:
+                scheduler.close()
 
     @property
     def failure(self) -> str | None:
-        """Why the engine thread stopped, if it failed (the server then stops too)."""
-        return None if self.scheduler is None else self.scheduler.failure
+        """Why an engine thread stopped, if one failed (the server then stops too)."""
+        failures = [s.failure for s in (self.scheduler, self.rerank_scheduler) if s is not None and s.failure]
+        return failures[0] if failures else None
 
     async def embed(self, sequences: list[list[int]]) -> tuple[np.ndarray, tuple[float, float]]:
         """The embeddings [len(sequences), width] and the engine's (queue, inference) seconds for them."""
@@ -90,14 +100,23 @@ class LocalBackend:
         finally:
             job.cancel()  # on a timeout, its sequences not yet batched are dropped
 
+    async def rerank(self, sequences: list[list[int]],
+                     token_types: list[list[int]] | None) -> tuple[np.ndarray, tuple[float, float]]:
+        """The reranker's scores [len(sequences)] float32 of the pairs, and the engine's (queue, inference) seconds."""
+        job = self.rerank_scheduler.submit(sequences, token_types)
+        try:
+            return (await job.future)[:, 0], job.times
+        finally:
+            job.cancel()
+
     def search(self, queries: np.ndarray, k: int) -> list[list[dict]]:
         return self.index.search(queries, k)
 
 
-def local_server(config: ServeConfig, engine: Engine, index=None) -> EmbedServer:
-    """The app's state around an engine in this process."""
-    return EmbedServer(config, ServedModel.of(config, engine, index), LocalBackend(engine, index, config.batching,
-                                                                           config.max_in_flight))
+def local_server(config: ServeConfig, engine: Engine, index=None, reranker: Engine | None = None) -> EmbedServer:
+    """The app's state around an engine (and a reranker's, task "score") in this process."""
+    backend = LocalBackend(engine, index, config.batching, config.max_in_flight, reranker)
+    return EmbedServer(config, ServedModel.of(config, engine, index, reranker), backend)
 
 
 class EmbedServer:
@@ -117,6 +136,8 @@ class EmbedServer:
         self.query_tokenizer = self.tokenizers[query_prompt_name(folder, None, None)]
         self.metrics = backend.metrics
         self.pool = ThreadPoolExecutor(config.tokenizer_threads, thread_name_prefix="embedpipe-tokenize")
+        self.reranker = None if model.reranker is None else RerankEndpoint(model.reranker, self.limits, self.pool,
+                                                                           self.metrics)
         self.active = 0
         self.draining = False
 
@@ -230,6 +251,12 @@ class EmbedServer:
         times.encode = time.perf_counter() - start
         return body
 
+    async def rerank(self, body: bytes, times: RequestTimes) -> bytes:
+        """POST /v1/rerank (rerank.py)."""
+        if self.reranker is None:
+            raise ApiError(404, "this server has no reranker; start it with --rerank-model M", kind="not_found_error")
+        return await self.reranker.answer(body, times, self.backend)
+
     async def tei_embed(self, body: bytes, times: RequestTimes) -> bytes:
         """TEI's POST /embed (tei.py): its request, a JSON array of vectors, TEI's errors."""
         start = time.perf_counter()
@@ -305,9 +332,11 @@ class EmbedServer:
         if self.draining:
             return Response(dumps({"status": "draining"}), 503, media_type=JSON)
         index_rows = (self.model.index_meta or {}).get("num_rows")
-        return Response(dumps({"status": "ok", "model": self.model.name, **self._dimensions(),
-                               "max_input_tokens": self.limits.max_input_tokens, "index_rows": index_rows}),
-                        media_type=JSON)
+        status = {"status": "ok", "model": self.model.name, **self._dimensions(),
+                  "max_input_tokens": self.limits.max_input_tokens, "index_rows": index_rows}
+        if self.reranker is not None:  # the key only with a reranker: the embedding-only answer stays as it was
+            status["rerank_model"] = self.reranker.names[0]
+        return Response(dumps(status), media_type=JSON)
 
     def _dimensions(self) -> dict:
         """The width of /v1/embeddings' vectors (the model's output) and, with an index, the index's dimension
@@ -319,6 +348,9 @@ class EmbedServer:
         """OpenAI's model list: one entry per served name (--served-model-name's, then the model's own)."""
         data = [{"id": name, "object": "model", "owned_by": "embedpipe", **self._dimensions()}
                 for name in self.model.names]
+        if self.reranker is not None:
+            data += [{"id": name, "object": "model", "owned_by": "embedpipe", "task": "rerank",
+                      "max_input_tokens": self.reranker.tokenizer.max_length} for name in self.reranker.names]
         return Response(dumps({"object": "list", "data": data}), media_type=JSON)
 
     def tei_info(self) -> Response:
@@ -356,6 +388,9 @@ def create_app(server: EmbedServer) -> Starlette:
     async def search(request: Request) -> Response:
         return await server.handle("search", request, server.search)
 
+    async def rerank(request: Request) -> Response:
+        return await server.handle("rerank", request, server.rerank)
+
     async def embed(request: Request) -> Response:
         return await server.handle("embed", request, server.tei_embed, tei_error)
 
@@ -381,6 +416,7 @@ def create_app(server: EmbedServer) -> Starlette:
     auth = [] if server.config.api_key is None else [Middleware(BearerAuth, config=server.config)]
     return Starlette(routes=[Route("/v1/embeddings", embeddings, methods=["POST"]),
                              Route("/v1/search", search, methods=["POST"]),
+                             Route("/v1/rerank", rerank, methods=["POST"]),
                              Route("/v1/models", models, methods=["GET"]),
                              Route("/embed", embed, methods=["POST"]),  # TEI's
                              Route("/info", info, methods=["GET"]),  # TEI's

@@ -39,6 +39,8 @@ class ServeConfig:
     # every route but GET /health wants `Authorization: Bearer <api_key>`; None: open. Kept out of the repr
     api_key: str | None = field(default=None, repr=False)
     served_model_names: tuple[str, ...] = ()  # names the model answers to besides its own; the first is echoed
+    # a reranker's engine (task "score") next to the embedding one, for POST /v1/rerank; None: no reranker
+    rerank: EngineConfig | None = None
 
     def __post_init__(self):
         for name in ("max_inputs", "max_queue", "tokenizer_threads", "http_workers", "max_in_flight"):
@@ -59,6 +61,8 @@ class ServeConfig:
                              "ASCII without spaces")
         if not all(self.served_model_names):
             raise ValueError("a served model name (--served-model-name) must not be empty")
+        if self.rerank is not None and self.rerank.task != "score":
+            raise ValueError("the reranker's engine must be of task \"score\"")
 
 
 def _is_token(key: str) -> bool:
@@ -75,12 +79,24 @@ class ServedModel:
     index_meta: dict | None  # None: no index
     names: tuple[str, ...]  # every name requests may ask for: --served-model-name's, then the model's own
     dtype: str  # the engine's weights and activations: "float32", "bfloat16", ...
+    reranker: ServedReranker | None = None  # None: no reranker (/v1/rerank answers 404)
 
     @classmethod
-    def of(cls, config: ServeConfig, engine, index=None) -> ServedModel:
+    def of(cls, config: ServeConfig, engine, index=None, reranker=None) -> ServedModel:
+        """reranker: the reranker's Engine (task "score"), when the server has one."""
         names = tuple(dict.fromkeys((*config.served_model_names, config.engine.model)))
+        served_reranker = None if reranker is None else ServedReranker(config.rerank.model, reranker.folder)
         return cls(config.engine.model, engine.folder, engine.output, None if index is None else index.meta, names,
-                   str(engine.dtype).removeprefix("torch."))
+                   str(engine.dtype).removeprefix("torch."), served_reranker)
+
+
+@dataclass(frozen=True)
+class ServedReranker:
+    """What the HTTP side knows of the reranker (--rerank-model): the name requests give as `model`, and its folder
+    (the pair tokenizer is made from it: text/pairs.make_pair_tokenizer)."""
+
+    name: str
+    folder: ModelFolder
 
 
 def default_max_body_bytes(max_inputs: int, max_input_tokens: int) -> int:

@@ -13,10 +13,11 @@ token-budget batches.
 
 Messages (wire.py: one frame each, no pickling on the request path), HTTP process -> here: EMBED (rid, token
 ids end to end as int32, lengths), CANCEL (rid), and pickled ones: ("listening",) once its socket accepts
-connections, ("search", rid, queries, k), ("metrics", rid), ("metrics_update", *RemoteMetrics.take()) every
-FLUSH_S. Here -> HTTP process: VECTORS (rid, float32 [n, width], Job.times), or a pickled (rid, result): the hits,
-the metrics text or an exception. Requests and replies travel on two one-way pipes (link()); an HTTP process
-reads its replies on its event loop.
+connections, ("search", rid, queries, k), ("rerank", rid, token ids, token types), ("metrics", rid),
+("metrics_update", *RemoteMetrics.take()) every FLUSH_S. Here -> HTTP process: VECTORS (rid, float32 [n, width],
+Job.times), or a pickled (rid, result): the hits, a rerank's (scores [n], Job.times), the metrics text or an
+exception. Requests and replies travel on two one-way pipes (link()); an HTTP process reads its replies on its event
+loop.
 """
 from __future__ import annotations
 
@@ -78,7 +79,7 @@ class FrontBridge:
                 try:
                     self._handle(*message)
                 except Exception as error:  # noqa: BLE001 - that request fails; this HTTP process goes on
-                    if message[0] in ("embed", "search", "metrics"):
+                    if message[0] in ("embed", "rerank", "search", "metrics"):
                         self._reply(message[1], error)
                     else:
                         traceback.print_exc()
@@ -96,6 +97,14 @@ class FrontBridge:
             with self._jobs_lock:  # held until the job is listed, so its reply cannot come first
                 try:
                     self._jobs[rid] = self.backend.scheduler.submit_with(sequences, partial(self._embedded, rid))
+                except SchedulerClosed as error:
+                    self._reply(rid, error)
+        elif kind == "rerank":
+            rid, sequences, token_types = args
+            with self._jobs_lock:
+                try:
+                    self._jobs[rid] = self.backend.rerank_scheduler.submit_with(
+                        sequences, partial(self._reranked, rid), token_types)
                 except SchedulerClosed as error:
                     self._reply(rid, error)
         elif kind == "cancel":
@@ -122,6 +131,13 @@ class FrontBridge:
             self._reply(rid, result)
         else:
             self._send(wire.vectors_message(rid, result, job.times))
+
+    def _reranked(self, rid: int, result) -> None:
+        """A rerank's scores [n] float32 and Job.times, pickled (a few floats a document: no frame of their own)."""
+        with self._jobs_lock:
+            job = self._jobs.pop(rid, None)
+        if job is not None:
+            self._reply(rid, result if isinstance(result, Exception) else (result[:, 0].copy(), job.times))
 
     def _search(self, rid: int, queries: np.ndarray, k: int) -> None:
         try:
@@ -213,8 +229,9 @@ def serve_with_fronts(config: ServeConfig, model: ServedModel, backend: LocalBac
             # the others (or refuses them), instead of queueing them here for a reset when this process exits
             for listener in listeners:
                 listener.close()
+            reranker = "" if model.reranker is None else f", reranker {model.reranker.name}"
             announce(f"serving {model.name} on http://{config.host}:{config.port} ({backend.engine.device}, "
-                     f"dimension {model.output.dim}, {config.http_workers} HTTP processes)")
+                     f"dimension {model.output.dim}{reranker}, {config.http_workers} HTTP processes)")
             announced = True
     for process in fronts:
         process.join(config.request_timeout + 10)
@@ -308,6 +325,19 @@ class RemoteBackend:
 
     def search(self, queries: np.ndarray, k: int) -> list[list[dict]]:
         return self.call("search", queries, k)
+
+    async def rerank(self, sequences: list[list[int]],
+                     token_types: list[list[int]] | None) -> tuple[np.ndarray, tuple[float, float]]:
+        """The reranker's scores [len(sequences)] float32 and the engine's (queue, inference) seconds for them."""
+        rid = next(self._ids)
+        future = self._loop.create_future()
+        self._waiting[rid] = partial(settle, future)
+        try:
+            self.send("rerank", rid, sequences, token_types)
+            return await future
+        finally:
+            if self._waiting.pop(rid, None) is not None:  # unanswered (a timeout): drop its unbatched pairs
+                self._send(wire.cancel_message(rid))
 
     def _receive(self) -> None:
         """On the loop, once the replies pipe is readable: settles each request whose reply is complete."""

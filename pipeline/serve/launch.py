@@ -14,6 +14,7 @@ from embedpipe.kernels.engine import Engine
 from embedpipe.kernels.models.model_folder import ModelLoadError
 from embedpipe.pipeline.batching.batcher import BatcherConfig
 from embedpipe.pipeline.batching.embed import embed_token_ids
+from embedpipe.pipeline.batching.rerank import score_documents
 from embedpipe.pipeline.errors import UserError
 from embedpipe.pipeline.serve.app import EmbedServer, EngineFailed, create_app, local_server
 from embedpipe.pipeline.serve.config import ServeConfig
@@ -37,10 +38,26 @@ def load_index(path: Path, engine: Engine, nprobe: int | None = None, ef_search:
     return index
 
 
-def warm_up(engine: Engine, server: EmbedServer, batching: BatcherConfig) -> None:
+def warm_up(engine: Engine, server: EmbedServer, batching: BatcherConfig, reranker: Engine | None = None) -> None:
     ids, _ = server.tokenizers[None].encode(["warm up"])
     for _ in range(2):  # the second run captures the smallest graph on CUDA
         embed_token_ids(engine, ids, batching)
+        if reranker is not None:
+            score_documents(reranker, server.reranker.tokenizer, "warm up", ["a document"], batching)
+
+
+def load_engines(config: ServeConfig) -> tuple[Engine, Engine | None]:
+    """The embedding engine and, with config.rerank, the reranker's; each keeps a pinned slot per batch its
+    scheduler has in flight (and one more)."""
+    engine = Engine(dataclasses.replace(config.engine, max_in_flight=config.max_in_flight))
+    if config.rerank is None:
+        return engine, None
+    return engine, Engine(dataclasses.replace(config.rerank, max_in_flight=config.max_in_flight))
+
+
+def reranked(config: ServeConfig) -> str:
+    """The announcement's words for the reranker, if the server has one."""
+    return "" if config.rerank is None else f", reranker {config.rerank.model}"
 
 
 def run_server(config: ServeConfig, announce: Callable[[str], None] = lambda line: None) -> None:
@@ -50,14 +67,13 @@ def run_server(config: ServeConfig, announce: Callable[[str], None] = lambda lin
     # the one HTTP process's port is taken before the model loads: a busy port fails at once, in one line
     listener = bind(config.host, config.port) if config.http_workers == 1 else None
     try:
-        # the engine keeps a pinned slot per batch the scheduler has in flight (and one more)
-        engine = Engine(dataclasses.replace(config.engine, max_in_flight=config.max_in_flight))
+        engine, reranker = load_engines(config)
         index = load_index(config.index, engine, config.nprobe, config.ef_search) if config.index is not None else None
-        server = local_server(config, engine, index)
+        server = local_server(config, engine, index, reranker)
     except (ModelLoadError, ValueError, OSError, RuntimeError) as e:  # RuntimeError: torch or FAISS refusing a file
         raise UserError(str(e)) from e
     engine.claim_host_threads()  # this process feeds the engine
-    warm_up(engine, server, config.batching)
+    warm_up(engine, server, config.batching, reranker)
     # a thread that wakes (the engine thread, a finished tokenisation) waits for the GIL up to this long
     # while the event loop runs Python: 0.5 ms instead of 5 ms keeps that wait under the latency target
     sys.setswitchinterval(SWITCH_INTERVAL_S)
@@ -72,6 +88,6 @@ def run_server(config: ServeConfig, announce: Callable[[str], None] = lambda lin
     port = listener.getsockname()[1]  # --port 0: the one the system chose
     DrainingUvicorn(uv_config, server, lambda: announce(
         f"serving {config.engine.model} on http://{config.host}:{port} "
-        f"({engine.device}, dimension {engine.output.dim})")).run(sockets=[listener])
+        f"({engine.device}, dimension {engine.output.dim}{reranked(config)})")).run(sockets=[listener])
     if server.backend.failure is not None:
         raise EngineFailed(server.backend.failure)

@@ -35,7 +35,8 @@ class SchedulerClosed(RuntimeError):
 
 @dataclass(eq=False)
 class Job:
-    """One request's sequences; `out` [num_seqs, width] fills in as batches come back.
+    """One request's sequences (token_types: a type per token of each, for a reranker that takes them; None: none);
+    `out` [num_seqs, width] fills in as batches come back.
 
     `on_done(out or the exception)` runs on the engine thread once, unless the job was cancelled.
     """
@@ -50,6 +51,7 @@ class Job:
     dispatched: float | None = None  # when its first sequence went into a batch
     finished: float | None = None  # when its last row came back
     cancelled: bool = False
+    token_types: list[list[int]] | None = None
 
     def __post_init__(self):
         self.remaining = len(self.sequences)
@@ -83,20 +85,22 @@ class Scheduler:
         self._thread = threading.Thread(target=self._run, name="embedpipe-engine", daemon=True)
         self._thread.start()
 
-    def submit(self, sequences: list[list[int]]) -> Job:
-        """From the event loop: queues one request's token-id sequences; await `job.future` for [len(sequences), width]."""
+    def submit(self, sequences: list[list[int]], token_types: list[list[int]] | None = None) -> Job:
+        """From the event loop: queues one request's token-id sequences (and their token types, for a reranker
+        that takes them); await `job.future` for [len(sequences), width]."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
-        job = self.submit_with(sequences, partial(settle_in_loop, loop, future))
+        job = self.submit_with(sequences, partial(settle_in_loop, loop, future), token_types)
         job.future = future
         return job
 
-    def submit_with(self, sequences: list[list[int]], on_done: Callable[[np.ndarray | Exception], None]) -> Job:
+    def submit_with(self, sequences: list[list[int]], on_done: Callable[[np.ndarray | Exception], None],
+                    token_types: list[list[int]] | None = None) -> Job:
         """From any thread: queues the sequences; `on_done` gets [len(sequences), width] or the error."""
         if self._closing:
             raise SchedulerClosed(self.failure or "the server is shutting down")
         out = np.empty((len(sequences), self.engine.output.width), dtype=self.engine.output.numpy_dtype)
-        job = Job(sequences, out, on_done)
+        job = Job(sequences, out, on_done, token_types=token_types)
         self._inbox.append(job)
         self._wake.set()
         return job
@@ -154,8 +158,8 @@ class Scheduler:
             job = self._head_job()
             if job is None:
                 return
-            ids = job.sequences[job.next_index]
-            self._batcher.add(ids, (job, job.next_index))
+            ids, types = job.sequences[job.next_index], job.token_types
+            self._batcher.add(ids, (job, job.next_index), None if types is None else types[job.next_index])
             self._batched.add(job)
             job.next_index += 1
             self._tokens_batched += len(ids)

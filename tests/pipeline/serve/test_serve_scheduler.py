@@ -276,3 +276,31 @@ def test_a_job_times_its_queue_and_its_inference(minilm):
     (first_queue, first_inference), (second_queue, second_inference) = run(main)
     assert first_queue < 0.09 and first_inference >= 0.29, (first_queue, first_inference)
     assert second_queue >= 0.19 and 0 < second_inference < second_queue, (second_queue, second_inference)
+
+
+def test_reranker_pairs_with_token_types_share_batches_and_keep_their_scores(tmp_path):
+    """/v1/rerank's path: a cross-encoder's pairs (BERT token types included) merged across requests into the
+    scheduler's token-budget batches score as score_pairs (the `rerank` command's path) does."""
+    from embedpipe.kernels.engine import Engine, EngineConfig
+    from embedpipe.kernels.testing.random_model import write_random_model
+    from embedpipe.pipeline.batching.rerank import score_pairs
+    from embedpipe.pipeline.text.pairs import make_pair_tokenizer
+    write_random_model("tiny-bert-cross-encoder", tmp_path)
+    reranker = Engine(EngineConfig(model=str(tmp_path), device="cpu", task="score"))
+    tokenizer = make_pair_tokenizer(reranker)
+    requests = [tokenizer.encode(f"query {i}", [f"document {j} of {i} " * (j + 1) for j in range(5)])
+                for i in range(6)]
+    assert requests[0].types is not None and any(1 in types for types in requests[0].types)
+    engine = GatedEngine(reranker)
+
+    async def main():
+        scheduler = Scheduler(engine, BatcherConfig(max_batch_tokens=256, max_batch_seqs=8))
+        jobs = [scheduler.submit(pairs.ids, pairs.types) for pairs in requests]
+        engine.gate.set()
+        results = await asyncio.wait_for(asyncio.gather(*(job.future for job in jobs)), 60)
+        scheduler.close()
+        return results
+
+    for pairs, scores in zip(requests, run(main)):
+        np.testing.assert_allclose(scores[:, 0], score_pairs(reranker, pairs), atol=1e-5)
+    assert any(len({id(job) for job, _ in tags}) > 1 for tags in engine.batches), "no batch merged two requests"
