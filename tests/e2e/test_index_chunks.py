@@ -215,3 +215,14 @@ def test_a_killed_chunked_job_resumes_to_the_uninterrupted_output(tmp_path, tiny
     assert metrics["output_rows"] == whole.num_rows and metrics["chunks"] < whole.num_rows
     verified = run_cli("verify", tmp_path / "out", "--input", inputs)
     assert verified.exit_code == 0, verified.output
+
+
+def test_an_ivf_index_may_have_more_clusters_than_input_rows_when_their_windows_suffice(tmp_path, tiny_model):
+    """The up-front IVF check counts input rows; with --chunk-tokens the index holds windows, known only once cut."""
+    docs = long_docs(12, seed=5)
+    inputs = write_docs(tmp_path / "in", docs, row_group_size=12)
+    result = run_index(inputs, "--output", tmp_path / "out", "--model", tiny_model, "--chunk-tokens", "16",
+                       "--index-factory", "IVF16,Flat", "--device", "cpu", "--quiet")
+    assert result.returncode == 0, result.stderr
+    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert metrics["input_rows"] < 16 <= metrics["index"]["num_rows"] == metrics["chunks"]
