@@ -42,17 +42,16 @@ def embed_windows(engine: Engine, cutter: WindowCutter | LateChunker, texts: lis
                   batching: BatcherConfig = BatcherConfig()) -> tuple[np.ndarray, CutTexts]:
     """The texts cut into windows: their vectors [num_windows, width], in order, and where each window is."""
     cut = cutter.cut(texts)
-    if cut.spans is None:
-        return embed_token_ids(engine, cut.sequences(), batching), cut
-    return embed_documents(engine, cut, batching), cut
+    return embed_cut(engine, cut, batching), cut
 
 
-def embed_documents(engine: Engine, cut: CutTexts, batching: BatcherConfig = BatcherConfig()) -> np.ndarray:
-    """Late chunking: cut's documents through the engine, pooled by window: [num_windows, width], in order
-    (batches, and an out-of-memory split's halves, are read first in, first out)."""
+def embed_cut(engine: Engine, cut: CutTexts, batching: BatcherConfig = BatcherConfig()) -> np.ndarray:
+    """cut's sequences through the engine, as the index job batches them (ArrayBatcher): [num_windows, width], in
+    order. A sequence is a window, or with late chunking (cut.spans) a document pooled by window; batches, and an
+    out-of-memory split's halves, are read first in, first out, so the rows arrive in order."""
     out = np.empty((len(cut.rows), engine.output.width), dtype=engine.output.numpy_dtype)
     batcher, filled = ArrayBatcher(batching), 0
-    in_flight = InFlight(engine, batching.policy, batcher.pad_token_id, lambda tag: f"document {tag[1]}")
+    in_flight = InFlight(engine, batching.policy, batcher.pad_token_id, lambda tag: f"sequence {tag[1]}")
 
     def consume(batch, rows):
         nonlocal filled

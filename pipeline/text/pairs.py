@@ -15,7 +15,8 @@ from pathlib import Path
 from tokenizers import Encoding, Tokenizer
 
 from embedpipe.pipeline.errors import UserError
-from embedpipe.pipeline.text.tokenizer import CUT_CHARS_PER_TOKEN, MAX_CHARS_PER_TOKEN, MAX_TEXT_CHARS
+from embedpipe.pipeline.text.tokenizer import (CUT_CHARS_PER_TOKEN, MAX_CHARS_PER_TOKEN, MAX_TEXT_CHARS,
+                                              checked_max_length, holds_two_more_words)
 
 QWEN3_RERANKER_PREFIX = ("<|im_start|>system\nJudge whether the Document meets the requirements based on the Query "
                          "and the Instruct provided. Note that the answer can only be \"yes\" or \"no\"."
@@ -134,9 +135,7 @@ class PairTokenizer:
 def holds_first_tokens(prefix: Encoding, budget: int) -> bool:
     """Whether a text's prefix yields the whole text's first `budget` tokens: it holds two more words after the
     word of its budget-th token (tokenizer.keeps_whole_text_tokens gives the reason)."""
-    kept = [word for word in prefix.word_ids[:budget] if word is not None]
-    later = [word for word in prefix.word_ids[budget:] if word is not None]
-    return bool(later) and max(later) >= (kept[-1] if kept else -1) + 2
+    return holds_two_more_words(prefix.word_ids[:budget], prefix.word_ids[budget:])
 
 
 def make_pair_tokenizer(model, max_length: int | None = None, instruction: str | None = None) -> PairTokenizer:
@@ -145,11 +144,9 @@ def make_pair_tokenizer(model, max_length: int | None = None, instruction: str |
     Reranker's task instruction (None: the model card's default). Raises ValueError for a cap outside 1 to
     max_seq_length, or an instruction for a cross-encoder."""
     folder = model.folder
-    if max_length is not None and not 1 <= max_length <= folder.max_seq_length:
-        raise ValueError(f"max-length must be from 1 to the model's max_seq_length {folder.max_seq_length}, "
-                         f"not {max_length}")
+    max_length = checked_max_length(folder, max_length)
     qwen3 = folder.scorer.label_token_ids is not None
     if instruction is not None and not qwen3:
         raise ValueError("an instruction is for Qwen3-Reranker; a cross-encoder takes none")
-    return PairTokenizer(folder.tokenizer_file, max_length or folder.max_seq_length,
+    return PairTokenizer(folder.tokenizer_file, max_length,
                          "qwen3-reranker" if qwen3 else "pair", folder.takes_token_types, instruction)

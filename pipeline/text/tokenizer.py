@@ -99,9 +99,23 @@ def keeps_whole_text_tokens(prefix: Encoding) -> bool:
     past a word; models tokenize each word on its own. So once the prefix holds two more words
     after the word of the last kept token, the cut changed neither that word nor those before it.
     """
-    kept = [word for word in prefix.word_ids if word is not None]
-    later = [word for piece in prefix.overflowing for word in piece.word_ids if word is not None]
+    return holds_two_more_words(prefix.word_ids, [word for piece in prefix.overflowing for word in piece.word_ids])
+
+
+def holds_two_more_words(kept_words: list, later_words: list) -> bool:
+    """Whether the word ids after a cut (later_words) reach two words past the last kept one's (None: a special
+    token): then the cut changed no kept token (keeps_whole_text_tokens gives the reason)."""
+    kept = [word for word in kept_words if word is not None]
+    later = [word for word in later_words if word is not None]
     return bool(later) and max(later) >= (kept[-1] if kept else -1) + 2
+
+
+def checked_max_length(folder, max_length: int | None) -> int:
+    """A tokens-per-text cap (None: the folder's max_seq_length); ValueError outside 1 to max_seq_length."""
+    if max_length is not None and not 1 <= max_length <= folder.max_seq_length:
+        raise ValueError(f"max-length must be from 1 to the model's max_seq_length {folder.max_seq_length}, "
+                         f"not {max_length}")
+    return max_length or folder.max_seq_length
 
 
 def make_tokenizer(model, prompt: str | None = None, prompt_name: str | None = None,
@@ -112,8 +126,5 @@ def make_tokenizer(model, prompt: str | None = None, prompt_name: str | None = N
     1 to max_seq_length, or a prompt name the model lacks."""
     folder = model.folder
     text = prompt if prompt is not None else folder.prompt(prompt_name)
-    if max_length is not None and not 1 <= max_length <= folder.max_seq_length:
-        raise ValueError(f"max-length must be from 1 to the model's max_seq_length {folder.max_seq_length}, "
-                         f"not {max_length}")
-    return TextTokenizer(folder.tokenizer_file, max_length or folder.max_seq_length, text,
+    return TextTokenizer(folder.tokenizer_file, checked_max_length(folder, max_length), text,
                          folder.config.get("vocab_size"))
