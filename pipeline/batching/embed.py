@@ -1,6 +1,8 @@
 """Embedding a list of texts or token-id sequences in one process: `embed`, `query` and the server's warm-up."""
 from __future__ import annotations
 
+from typing import Iterable
+
 import numpy as np
 
 from embedpipe.kernels.engine import Engine
@@ -16,20 +18,37 @@ def embed_token_ids(engine: Engine, sequences: list[list[int]], batching: Batche
                     token_types: list[list[int]] | None = None) -> np.ndarray:
     """[len(sequences), engine.output.width] in the output dtype, in input order (a reranker's engine: [n, 1]
     scores). token_types: a type per token of each sequence, for a model that takes them."""
-    out = np.empty((len(sequences), engine.output.width), dtype=engine.output.numpy_dtype)
+    return embed_token_chunks(engine, [(sequences, token_types)], len(sequences), batching)
+
+
+def embed_token_chunks(engine: Engine, chunks: Iterable[tuple[list[list[int]], list[list[int]] | None]],
+                       num_sequences: int, batching: BatcherConfig = BatcherConfig()) -> np.ndarray:
+    """embed_token_ids over sequences that come in chunks of (sequences, token types or None), num_sequences in
+    all: a chunk's last batch leaves once the next chunk has been made (or at the end), so the engine runs chunk k
+    while the caller makes chunk k+1 (a generator tokenizing them). Full batches leave as they fill."""
+    out = np.empty((num_sequences, engine.output.width), dtype=engine.output.numpy_dtype)
     batcher = TokenBudgetBatcher(batching)
     in_flight = InFlight(engine, batching.policy, batcher.pad_token_id, lambda i: f"text {i}")
 
     def consume(batch, rows) -> None:
         out[batch.tags] = rows.numpy()
 
-    for i, ids in enumerate(sequences):
-        batcher.add(ids, i, None if token_types is None else token_types[i])
-        while (batch := batcher.next_batch(flush=False)) is not None:
+    try:
+        first = 0
+        for sequences, token_types in chunks:
+            while (batch := batcher.next_batch(flush=True)) is not None:  # the chunk before, now that this is made
+                in_flight.submit(batch, consume)
+            for i, ids in enumerate(sequences):
+                batcher.add(ids, first + i, None if token_types is None else token_types[i])
+                while (batch := batcher.next_batch(flush=False)) is not None:
+                    in_flight.submit(batch, consume)
+            first += len(sequences)
+        while (batch := batcher.next_batch(flush=True)) is not None:
             in_flight.submit(batch, consume)
-    while (batch := batcher.next_batch(flush=True)) is not None:
-        in_flight.submit(batch, consume)
-    in_flight.drain()
+    finally:
+        in_flight.drain()  # also when making a chunk failed: no launch is left unread
+    if first != num_sequences:
+        raise ValueError(f"the chunks held {first} sequences, not {num_sequences}")
     return out
 
 

@@ -9,9 +9,16 @@ import numpy as np
 
 from embedpipe.kernels.engine import Engine
 from embedpipe.pipeline.batching.batcher import BatcherConfig
-from embedpipe.pipeline.batching.embed import embed_token_ids
+from embedpipe.pipeline.batching.embed import embed_token_chunks, embed_token_ids
 from embedpipe.pipeline.errors import UserError
 from embedpipe.pipeline.text.pairs import EncodedPairs, PairTokenizer
+
+
+# A query's documents are tokenized a chunk of ~CHUNK_TOKENS tokens at a time while the engine scores the chunk
+# before: tokenizing 512-token pairs costs the CPU about what BERT-base costs the H200, so only overlap hides it,
+# and a chunk of 4,096 tokens is still a full batch for the GPU (rerank_scoring.py, 2026-12-02)
+CHUNK_TOKENS = 4096
+CHARS_PER_TOKEN = 4  # English prose, to size a chunk before tokenizing it
 
 
 class TooManyDocuments(UserError, ValueError):
@@ -42,10 +49,36 @@ def score_pairs(engine: Engine, pairs: EncodedPairs, batching: BatcherConfig = B
 def score_documents(engine: Engine, tokenizer: PairTokenizer, query: str, documents: list[str],
                     batching: BatcherConfig = BatcherConfig(), truncate: bool = True,
                     max_documents: int | None = None) -> Scored:
-    """The query's score with each document, and their order. Raises TooManyDocuments past max_documents, and
+    """The query's score with each document, and their order. The documents are tokenized a chunk at a time while
+    the engine scores the chunk before (embed_token_chunks). Raises TooManyDocuments past max_documents, and
     PairError (a UserError) for an empty query or document, or with truncate=False an over-long pair."""
     if max_documents is not None and len(documents) > max_documents:
         raise TooManyDocuments(f"{len(documents)} documents; at most {max_documents} a query")
-    pairs = tokenizer.encode(query, documents, truncate)
-    scores = score_pairs(engine, pairs, batching)
-    return Scored(scores, np.argsort(-scores, kind="stable"), pairs.num_truncated)
+    tokenizer.check(query, documents)  # before any chunk is scored
+    truncated = 0
+
+    def chunks():
+        nonlocal truncated
+        for start, end in chunk_bounds(documents, tokenizer.max_length, min(CHUNK_TOKENS, batching.max_batch_tokens)):
+            pairs = tokenizer.encode(query, documents[start:end], truncate, first=start)
+            truncated += pairs.num_truncated
+            yield pairs.ids, pairs.types
+
+    scores = embed_token_chunks(engine, chunks(), len(documents), batching)[:, 0] if documents else \
+        np.empty(0, dtype=np.float32)
+    return Scored(scores, np.argsort(-scores, kind="stable"), truncated)
+
+
+def chunk_bounds(documents: list[str], max_length: int, chunk_tokens: int) -> list[tuple[int, int]]:
+    """[start, end) runs of documents of about chunk_tokens tokens each (at least one document), estimated from
+    their characters (CHARS_PER_TOKEN, at most max_length a pair) before tokenizing them."""
+    bounds, start, tokens = [], 0, 0
+    for i, document in enumerate(documents):
+        estimate = min(max_length, len(document) // CHARS_PER_TOKEN + 1)
+        if i > start and tokens + estimate > chunk_tokens:
+            bounds.append((start, i))
+            start, tokens = i, 0
+        tokens += estimate
+    if start < len(documents):
+        bounds.append((start, len(documents)))
+    return bounds

@@ -61,21 +61,40 @@ class PairTokenizer:
         self._suffix = self._tokenizer.encode(QWEN3_RERANKER_SUFFIX, add_special_tokens=False).ids
         self._pair_specials = self._tokenizer.num_special_tokens_to_add(True)
         self._single_specials = self._tokenizer.num_special_tokens_to_add(False)  # Qwen3's tokenizer: none
+        self._stand_in = self._tokenizer.encode("a", add_special_tokens=False)  # a body of one token
+        self._stand_in.truncate(1)
+        if max_length < self.min_length:
+            raise ValueError(f"max-length {max_length} is too short for this reranker: a pair takes "
+                             f"{self.min_length - 2} tokens of template and special tokens, and at least one query "
+                             "and one document token")
 
-    def encode(self, query: str, documents: list[str], truncate: bool = True) -> EncodedPairs:
+    @property
+    def min_length(self) -> int:
+        """The fewest tokens a pair can have: the template's and special tokens, one query and one document token."""
+        template = (self._pair_specials if self.template == "pair"
+                    else len(self._prefix) + len(self._suffix) + self._single_specials)
+        return template + 2
+
+    def encode(self, query: str, documents: list[str], truncate: bool = True, first: int = 0) -> EncodedPairs:
         """Raises PairError for an empty query or document, a query that leaves a document no token, and with
-        truncate=False for a pair longer than max_length."""
+        truncate=False for a pair longer than max_length. first: the number of documents[0] in the request (for
+        the messages: a request tokenized a chunk at a time)."""
+        self.check(query, documents, first)
+        pairs = self._pairs(query, documents) if self.template == "pair" else self._prompts(query, documents)
+        if not truncate and any(pairs.truncated):
+            i = first + pairs.truncated.index(True)
+            raise PairError(f"document {i}: with the query, it is longer than the model's {self.max_length} tokens "
+                            "(truncate is off)")
+        return pairs
+
+    @staticmethod
+    def check(query: str, documents: list[str], first: int = 0) -> None:
+        """Raises PairError for an empty query or document (numbered from `first`)."""
         if not query:
             raise PairError("the query is empty")
         empty = next((i for i, document in enumerate(documents) if not document), None)
         if empty is not None:
-            raise PairError(f"document {empty} is empty")
-        pairs = self._pairs(query, documents) if self.template == "pair" else self._prompts(query, documents)
-        if not truncate and any(pairs.truncated):
-            i = pairs.truncated.index(True)
-            raise PairError(f"document {i}: with the query, it is longer than the model's {self.max_length} tokens "
-                            "(truncate is off)")
-        return pairs
+            raise PairError(f"document {first + empty} is empty")
 
     def _pairs(self, query: str, documents: list[str]) -> EncodedPairs:
         """The tokenizer's pair encoding, the document cut to what the query and the special tokens leave."""
@@ -84,10 +103,13 @@ class PairTokenizer:
         if query_cut:
             raise PairError(f"the query is longer than {room - 1} tokens: a pair of this model holds "
                             f"{self.max_length}, special tokens and at least one document token included")
+        # the template around a document, from a one-token stand-in: [CLS] q [SEP] ... [SEP] for BERT
+        head, body_type, tail = around_the_body(self._tokenizer.post_process(query_encoding, self._stand_in, True), 1)
         encodings, truncated = self._first_tokens(documents, room - len(query_encoding))
-        pairs = [self._tokenizer.post_process(query_encoding, encoding, True) for encoding in encodings]
-        types = [pair.type_ids for pair in pairs] if self.token_types else None
-        return EncodedPairs([pair.ids for pair in pairs], types, truncated)
+        bodies = [encoding.ids[:room - len(query_encoding)] for encoding in encodings]
+        ids = [head.ids + body + tail.ids for body in bodies]
+        types = [head.types + [body_type] * len(body) + tail.types for body in bodies] if self.token_types else None
+        return EncodedPairs(ids, types, truncated)
 
     def _prompts(self, query: str, documents: list[str]) -> EncodedPairs:
         """Qwen3-Reranker's prefix + format_instruction(...) cut to what prefix and suffix leave + suffix. The model
@@ -99,23 +121,30 @@ class PairTokenizer:
             raise PairError(f"the query and instruction are longer than {room - 1} tokens: with the prompt template, "
                             f"a pair of this model holds {self.max_length} tokens")
         encodings, truncated = self._first_tokens([head + document for document in documents], room)
-        bodies = [self._tokenizer.post_process(encoding, None, True).ids for encoding in encodings]
-        return EncodedPairs([self._prefix + body + self._suffix for body in bodies], None, truncated)
+        specials_head, _, specials_tail = around_the_body(self._tokenizer.post_process(self._stand_in, None, True), 0)
+        before, after = self._prefix + specials_head.ids, specials_tail.ids + self._suffix
+        return EncodedPairs([before + encoding.ids[:room] + after for encoding in encodings], None, truncated)
 
     def _first_tokens(self, texts: list[str], budget: int) -> tuple[list[Encoding], list[bool]]:
-        """Each text's first `budget` tokens (no special tokens), and whether it had more. As TextTokenizer does, a
-        long text is tokenized from a prefix of budget * CUT_CHARS_PER_TOKEN characters, doubled until it provably
-        holds those tokens, and never read past max(MAX_TEXT_CHARS, budget * MAX_CHARS_PER_TOKEN) characters."""
+        """Each text's encoding, of which the first `budget` tokens (no special tokens) are the whole text's, and
+        whether the text had more. As TextTokenizer does, a long text is tokenized from a prefix of budget *
+        CUT_CHARS_PER_TOKEN characters, doubled until it provably holds those tokens, and never read past
+        max(MAX_TEXT_CHARS, budget * MAX_CHARS_PER_TOKEN) characters; a shorter text is tokenized whole, without
+        the character offsets and word ids it does not need (encode_batch_fast)."""
         cut = budget * CUT_CHARS_PER_TOKEN
-        encodings = self._tokenizer.encode_batch([text[:cut] for text in texts], add_special_tokens=False)
-        truncated = []
-        for i, text in enumerate(texts):
-            read_whole = len(text) <= cut or holds_first_tokens(encodings[i], budget)
-            if not read_whole:
-                encodings[i], read_whole = self._encode_prefix(text, 2 * cut, budget)
-            truncated.append(len(encodings[i]) > budget or not read_whole)
-            encodings[i].truncate(budget)
-        return encodings, truncated
+        encodings: list[Encoding | None] = [None] * len(texts)
+        read_whole = [True] * len(texts)
+        short = [i for i, text in enumerate(texts) if len(text) <= cut]
+        for i, encoding in zip(short, self._tokenizer.encode_batch_fast([texts[i] for i in short],
+                                                                        add_special_tokens=False)):
+            encodings[i] = encoding
+        long = [i for i, text in enumerate(texts) if len(text) > cut]
+        for i, prefix in zip(long, self._tokenizer.encode_batch([texts[i][:cut] for i in long],
+                                                                add_special_tokens=False)):
+            encodings[i] = prefix
+            if not holds_first_tokens(prefix, budget):
+                encodings[i], read_whole[i] = self._encode_prefix(texts[i], 2 * cut, budget)
+        return encodings, [len(e) > budget or not whole for e, whole in zip(encodings, read_whole)]
 
     def _encode_prefix(self, text: str, cut: int, budget: int) -> tuple[Encoding, bool]:
         """The encoding of the shortest prefix of cut * 2^k characters that provably holds the text's first budget
@@ -130,6 +159,20 @@ class PairTokenizer:
             if cut >= bound:
                 return encoding, False
             cut *= 2
+
+
+@dataclass(frozen=True)
+class Tokens:
+    ids: list[int]
+    types: list[int]
+
+
+def around_the_body(probe: Encoding, sequence: int) -> tuple[Tokens, int, Tokens]:
+    """The tokens before and after sequence `sequence` of a post-processed encoding whose sequence has one token, and
+    that token's type: what the tokenizer's template puts around any body there (its tokens are contiguous)."""
+    at = probe.sequence_ids.index(sequence)
+    return (Tokens(probe.ids[:at], probe.type_ids[:at]), probe.type_ids[at],
+            Tokens(probe.ids[at + 1:], probe.type_ids[at + 1:]))
 
 
 def holds_first_tokens(prefix: Encoding, budget: int) -> bool:

@@ -9,8 +9,8 @@ from embedpipe.kernels.engine import Engine, EngineConfig
 from embedpipe.kernels.models.model_folder import ModelLoadError
 from embedpipe.kernels.testing.random_model import write_random_model
 from embedpipe.pipeline.batching.batcher import BatcherConfig
-from embedpipe.pipeline.batching.rerank import score_documents, score_pairs
-from embedpipe.pipeline.text.pairs import make_pair_tokenizer
+from embedpipe.pipeline.batching.rerank import chunk_bounds, score_documents, score_pairs
+from embedpipe.pipeline.text.pairs import PairError, make_pair_tokenizer
 
 from support.rerank_reference import cross_encoder_scores, qwen3_reranker_scores
 
@@ -50,6 +50,35 @@ def test_batch_packing_does_not_change_a_score(reranker, texts):
     for budget in (256, 1024, 16384):
         packed = score_pairs(engine, pairs, BatcherConfig(max_batch_tokens=budget))
         np.testing.assert_allclose(packed, alone, rtol=1e-5, atol=1e-6)
+
+
+def test_documents_scored_a_chunk_at_a_time_score_as_one_batch(reranker, texts):
+    """score_documents tokenizes a chunk while the engine scores the one before; chunks change no score."""
+    _, _, engine, tokenizer = reranker
+    docs = documents(texts)
+    whole = score_pairs(engine, tokenizer.encode("a query", docs))
+    for budget in (256, 512):  # chunks of min(CHUNK_TOKENS, the budget) tokens: several here
+        assert len(chunk_bounds(docs, MAX_LENGTH, budget)) > 1
+        scored = score_documents(engine, tokenizer, "a query", docs, BatcherConfig(max_batch_tokens=budget))
+        np.testing.assert_allclose(scored.scores, whole, rtol=1e-5, atol=1e-6)
+        assert scored.num_truncated == tokenizer.encode("a query", docs).num_truncated >= 1
+
+
+def test_a_bad_document_in_a_later_chunk_is_named_by_its_number_in_the_request(reranker, texts):
+    _, _, engine, tokenizer = reranker
+    docs, small = documents(texts), BatcherConfig(max_batch_tokens=256)
+    with pytest.raises(PairError, match="document 37 is empty"):  # checked before any chunk runs
+        score_documents(engine, tokenizer, "a query", docs[:37] + [""] + docs[38:], small)
+    with pytest.raises(PairError, match=f"document {len(docs) - 1}: with the query, it is longer"):
+        score_documents(engine, tokenizer, "a query", docs, small, truncate=False)
+    assert score_documents(engine, tokenizer, "a query", docs[:3], small).scores.shape == (3,)  # the engine still serves
+
+
+def test_chunk_bounds_cover_the_documents_in_runs_of_about_the_chunk_tokens():
+    documents_ = ["x" * 400] * 10 + ["y" * 100_000] + ["z" * 8] * 3  # ~101 tokens each, one at the max length, 3
+    bounds = chunk_bounds(documents_, 512, 300)
+    assert bounds == [(0, 2), (2, 4), (4, 6), (6, 8), (8, 10), (10, 11), (11, 14)]
+    assert chunk_bounds([], 512, 300) == [] and chunk_bounds(["a"], 512, 1) == [(0, 1)]
 
 
 def test_a_split_batch_keeps_its_token_types():

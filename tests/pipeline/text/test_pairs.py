@@ -62,3 +62,19 @@ def test_qwen3_reranker_pairs_follow_the_model_cards_template(tmp_path, bert_fol
     assert ids.count(101) == ids.count(102) == 1  # this tokenizer's specials around the body, as the card's call adds
     with pytest.raises(ValueError, match="instruction is for Qwen3-Reranker"):
         make_pair_tokenizer(ModelSpec(read_model_folder(str(bert_folder), task="score"), None), instruction="x")
+
+
+@pytest.mark.parametrize("shape", ["tiny-bert-cross-encoder", "tiny-qwen3-reranker"])
+def test_a_max_length_shorter_than_the_template_is_refused(tmp_path, shape):
+    write_random_model(shape, tmp_path)
+    shortest = tokenizer_of(tmp_path, 200).min_length  # BERT: [CLS] q [SEP] d [SEP]; Qwen3: its prompt, 79 tokens here
+    assert shortest == (5 if shape == "tiny-bert-cross-encoder" else 81)
+    with pytest.raises(ValueError, match=f"max-length {shortest - 1} is too short for this reranker"):
+        tokenizer_of(tmp_path, shortest - 1)  # before: encode() looped for ever on a budget of no tokens
+    tokenizer = tokenizer_of(tmp_path, shortest)
+    if shape == "tiny-bert-cross-encoder":
+        pairs = tokenizer.encode("cat", ["a cat is an animal"])
+        assert len(pairs.ids[0]) == shortest and pairs.truncated == [True]
+    else:  # the instruction and query come on top of the prompt: one line at encode time, not a loop
+        with pytest.raises(PairError, match="the query and instruction are longer than 1 tokens"):
+            tokenizer.encode("cat", ["a cat is an animal"])
