@@ -24,8 +24,8 @@ def embed_token_ids(engine: Engine, sequences: list[list[int]], batching: Batche
 def embed_token_chunks(engine: Engine, chunks: Iterable[tuple[list[list[int]], list[list[int]] | None]],
                        num_sequences: int, batching: BatcherConfig = BatcherConfig()) -> np.ndarray:
     """embed_token_ids over sequences that come in chunks of (sequences, token types or None), num_sequences in
-    all: a chunk's last batch leaves once the next chunk has been made (or at the end), so the engine runs chunk k
-    while the caller makes chunk k+1 (a generator tokenizing them). Full batches leave as they fill."""
+    all. A chunk is launched (as one batch, or more past the budget) as soon as it is made, so the engine runs
+    chunk k while the caller makes chunk k+1 (a generator tokenizing them)."""
     out = np.empty((num_sequences, engine.output.width), dtype=engine.output.numpy_dtype)
     batcher = TokenBudgetBatcher(batching)
     in_flight = InFlight(engine, batching.policy, batcher.pad_token_id, lambda i: f"text {i}")
@@ -33,18 +33,14 @@ def embed_token_chunks(engine: Engine, chunks: Iterable[tuple[list[list[int]], l
     def consume(batch, rows) -> None:
         out[batch.tags] = rows.numpy()
 
+    first = 0
     try:
-        first = 0
         for sequences, token_types in chunks:
-            while (batch := batcher.next_batch(flush=True)) is not None:  # the chunk before, now that this is made
-                in_flight.submit(batch, consume)
             for i, ids in enumerate(sequences):
                 batcher.add(ids, first + i, None if token_types is None else token_types[i])
-                while (batch := batcher.next_batch(flush=False)) is not None:
-                    in_flight.submit(batch, consume)
+            while (batch := batcher.next_batch(flush=True)) is not None:
+                in_flight.submit(batch, consume)
             first += len(sequences)
-        while (batch := batcher.next_batch(flush=True)) is not None:
-            in_flight.submit(batch, consume)
     finally:
         in_flight.drain()  # also when making a chunk failed: no launch is left unread
     if first != num_sequences:

@@ -3,6 +3,7 @@
 (embed_token_ids), so how they are packed does not change a score."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,9 +15,11 @@ from embedpipe.pipeline.errors import UserError
 from embedpipe.pipeline.text.pairs import EncodedPairs, PairTokenizer
 
 
-# A query's documents are tokenized a chunk of ~CHUNK_TOKENS tokens at a time while the engine scores the chunk
-# before: tokenizing 512-token pairs costs the CPU about what BERT-base costs the H200, so only overlap hides it,
-# and a chunk of 4,096 tokens is still a full batch for the GPU (rerank_scoring.py, 2026-12-02)
+# A query's documents are tokenized a chunk at a time while the engine scores the chunk before: tokenizing 50 pairs
+# of 512 tokens took 9 ms on the H200's 16 cores and BERT-base scoring them 13 ms, so only overlap hides it. A chunk
+# holds ~CHUNK_TOKENS tokens (a full batch for the GPU) and at least a document per CPU: the tokenizer runs a
+# chunk's documents in parallel, one per thread, and 8-document chunks took 2.9 ms each, a third of all 50
+# (scratch profile, 2026-12-02)
 CHUNK_TOKENS = 4096
 CHARS_PER_TOKEN = 4  # English prose, to size a chunk before tokenizing it
 
@@ -59,7 +62,9 @@ def score_documents(engine: Engine, tokenizer: PairTokenizer, query: str, docume
 
     def chunks():
         nonlocal truncated
-        for start, end in chunk_bounds(documents, tokenizer.max_length, min(CHUNK_TOKENS, batching.max_batch_tokens)):
+        bounds = chunk_bounds(documents, tokenizer.max_length, min(CHUNK_TOKENS, batching.max_batch_tokens),
+                              tokenizer_threads())
+        for start, end in bounds:
             pairs = tokenizer.encode(query, documents[start:end], truncate, first=start)
             truncated += pairs.num_truncated
             yield pairs.ids, pairs.types
@@ -69,13 +74,19 @@ def score_documents(engine: Engine, tokenizer: PairTokenizer, query: str, docume
     return Scored(scores, np.argsort(-scores, kind="stable"), truncated)
 
 
-def chunk_bounds(documents: list[str], max_length: int, chunk_tokens: int) -> list[tuple[int, int]]:
-    """[start, end) runs of documents of about chunk_tokens tokens each (at least one document), estimated from
-    their characters (CHARS_PER_TOKEN, at most max_length a pair) before tokenizing them."""
+def tokenizer_threads() -> int:
+    """The threads the tokenizer runs a batch of texts on (Rayon's pool: one per CPU this process may use)."""
+    return len(os.sched_getaffinity(0))
+
+
+def chunk_bounds(documents: list[str], max_length: int, chunk_tokens: int, min_documents: int = 1
+                 ) -> list[tuple[int, int]]:
+    """[start, end) runs of documents of about chunk_tokens tokens each and at least min_documents (but the last),
+    the tokens estimated from the characters (CHARS_PER_TOKEN, at most max_length a pair) before tokenizing."""
     bounds, start, tokens = [], 0, 0
     for i, document in enumerate(documents):
         estimate = min(max_length, len(document) // CHARS_PER_TOKEN + 1)
-        if i > start and tokens + estimate > chunk_tokens:
+        if i - start >= max(1, min_documents) and tokens + estimate > chunk_tokens:
             bounds.append((start, i))
             start, tokens = i, 0
         tokens += estimate

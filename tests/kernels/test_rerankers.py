@@ -9,6 +9,7 @@ from embedpipe.kernels.engine import Engine, EngineConfig
 from embedpipe.kernels.models.model_folder import ModelLoadError
 from embedpipe.kernels.testing.random_model import write_random_model
 from embedpipe.pipeline.batching.batcher import BatcherConfig
+from embedpipe.pipeline.batching import rerank
 from embedpipe.pipeline.batching.rerank import chunk_bounds, score_documents, score_pairs
 from embedpipe.pipeline.text.pairs import PairError, make_pair_tokenizer
 
@@ -52,13 +53,14 @@ def test_batch_packing_does_not_change_a_score(reranker, texts):
         np.testing.assert_allclose(packed, alone, rtol=1e-5, atol=1e-6)
 
 
-def test_documents_scored_a_chunk_at_a_time_score_as_one_batch(reranker, texts):
+def test_documents_scored_a_chunk_at_a_time_score_as_one_batch(reranker, texts, monkeypatch):
     """score_documents tokenizes a chunk while the engine scores the one before; chunks change no score."""
+    monkeypatch.setattr(rerank, "tokenizer_threads", lambda: 2)  # chunks of 2+ documents, whatever this machine
     _, _, engine, tokenizer = reranker
     docs = documents(texts)
     whole = score_pairs(engine, tokenizer.encode("a query", docs))
     for budget in (256, 512):  # chunks of min(CHUNK_TOKENS, the budget) tokens: several here
-        assert len(chunk_bounds(docs, MAX_LENGTH, budget)) > 1
+        assert len(chunk_bounds(docs, MAX_LENGTH, budget, 2)) > 1
         scored = score_documents(engine, tokenizer, "a query", docs, BatcherConfig(max_batch_tokens=budget))
         np.testing.assert_allclose(scored.scores, whole, rtol=1e-5, atol=1e-6)
         assert scored.num_truncated == tokenizer.encode("a query", docs).num_truncated >= 1
@@ -79,6 +81,8 @@ def test_chunk_bounds_cover_the_documents_in_runs_of_about_the_chunk_tokens():
     bounds = chunk_bounds(documents_, 512, 300)
     assert bounds == [(0, 2), (2, 4), (4, 6), (6, 8), (8, 10), (10, 11), (11, 14)]
     assert chunk_bounds([], 512, 300) == [] and chunk_bounds(["a"], 512, 1) == [(0, 1)]
+    # a document per tokenizer thread at least (here 4), the last chunk what is left
+    assert chunk_bounds(documents_, 512, 300, 4) == [(0, 4), (4, 8), (8, 12), (12, 14)]
 
 
 def test_a_split_batch_keeps_its_token_types():
