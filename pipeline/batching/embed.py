@@ -1,6 +1,7 @@
 """Embedding a list of texts or token-id sequences in one process: `embed`, `query` and the server's warm-up."""
 from __future__ import annotations
 
+import contextlib
 from typing import Iterable
 
 import numpy as np
@@ -36,13 +37,19 @@ def embed_token_chunks(engine: Engine, chunks: Iterable[tuple[list[list[int]], l
     first = 0
     try:
         for sequences, token_types in chunks:
+            if first + len(sequences) > num_sequences:
+                raise ValueError(f"the chunks hold more than {num_sequences} sequences")
             for i, ids in enumerate(sequences):
                 batcher.add(ids, first + i, None if token_types is None else token_types[i])
             while (batch := batcher.next_batch(flush=True)) is not None:
                 in_flight.submit(batch, consume)
             first += len(sequences)
-    finally:
-        in_flight.drain()  # also when making a chunk failed: no launch is left unread
+    except BaseException:
+        while len(in_flight):  # no launch is left unread; the error raised is the first one
+            with contextlib.suppress(Exception):
+                in_flight.read_oldest()
+        raise
+    in_flight.drain()
     if first != num_sequences:
         raise ValueError(f"the chunks held {first} sequences, not {num_sequences}")
     return out

@@ -57,35 +57,41 @@ def score_documents(engine: Engine, tokenizer: PairTokenizer, query: str, docume
     PairError (a UserError) for an empty query or document, or with truncate=False an over-long pair."""
     if max_documents is not None and len(documents) > max_documents:
         raise TooManyDocuments(f"{len(documents)} documents; at most {max_documents} a query")
-    tokenizer.check(query, documents)  # before any chunk is scored
+    tokenizer.check(query, documents)  # before any chunk is scored; the first chunk's encode checks the query
+    if not documents:
+        tokenizer.encode(query, [], truncate)  # a query too long for any pair is an error with no documents too
+        return Scored(np.empty(0, dtype=np.float32), np.empty(0, dtype=np.int64), 0)
     truncated = 0
 
     def chunks():
         nonlocal truncated
         bounds = chunk_bounds(documents, tokenizer.max_length, min(CHUNK_TOKENS, batching.max_batch_tokens),
-                              tokenizer_threads())
+                              tokenizer_threads(), tokenizer.min_length - 2)
         for start, end in bounds:
             pairs = tokenizer.encode(query, documents[start:end], truncate, first=start)
             truncated += pairs.num_truncated
             yield pairs.ids, pairs.types
 
-    scores = embed_token_chunks(engine, chunks(), len(documents), batching)[:, 0] if documents else \
-        np.empty(0, dtype=np.float32)
+    scores = embed_token_chunks(engine, chunks(), len(documents), batching)[:, 0]
     return Scored(scores, np.argsort(-scores, kind="stable"), truncated)
 
 
 def tokenizer_threads() -> int:
-    """The threads the tokenizer runs a batch of texts on (Rayon's pool: one per CPU this process may use)."""
-    return len(os.sched_getaffinity(0))
+    """The threads the tokenizer runs a batch of texts on: Rayon's pool, one per CPU this process may use unless
+    RAYON_RS_NUM_CPUS (the tokenizers library's setting) says otherwise."""
+    if (setting := os.environ.get("RAYON_RS_NUM_CPUS", "")).isdigit() and int(setting) > 0:
+        return int(setting)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def chunk_bounds(documents: list[str], max_length: int, chunk_tokens: int, min_documents: int = 1
-                 ) -> list[tuple[int, int]]:
+def chunk_bounds(documents: list[str], max_length: int, chunk_tokens: int, min_documents: int = 1,
+                 pair_tokens: int = 0) -> list[tuple[int, int]]:
     """[start, end) runs of documents of about chunk_tokens tokens each and at least min_documents (but the last),
-    the tokens estimated from the characters (CHARS_PER_TOKEN, at most max_length a pair) before tokenizing."""
+    the tokens of a pair estimated before tokenizing: pair_tokens (the query's, the template's) + the document's
+    characters / CHARS_PER_TOKEN, at most max_length."""
     bounds, start, tokens = [], 0, 0
     for i, document in enumerate(documents):
-        estimate = min(max_length, len(document) // CHARS_PER_TOKEN + 1)
+        estimate = min(max_length, pair_tokens + len(document) // CHARS_PER_TOKEN + 1)
         if i - start >= max(1, min_documents) and tokens + estimate > chunk_tokens:
             bounds.append((start, i))
             start, tokens = i, 0

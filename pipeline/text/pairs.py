@@ -63,17 +63,19 @@ class PairTokenizer:
         self._single_specials = self._tokenizer.num_special_tokens_to_add(False)  # Qwen3's tokenizer: none
         self._stand_in = self._tokenizer.encode("a", add_special_tokens=False)  # a body of one token
         self._stand_in.truncate(1)
+        # the fewest tokens a pair can have: the template's (Qwen3-Reranker's instruction included) and the special
+        # tokens, one query and one document token
+        self.min_length = 2 + (self._pair_specials if template == "pair" else
+                               len(self._prefix) + len(self._suffix) + self._single_specials
+                               + len(self._tokenizer.encode(self._head(""), add_special_tokens=False)))
         if max_length < self.min_length:
             raise ValueError(f"max-length {max_length} is too short for this reranker: a pair takes "
                              f"{self.min_length - 2} tokens of template and special tokens, and at least one query "
                              "and one document token")
 
-    @property
-    def min_length(self) -> int:
-        """The fewest tokens a pair can have: the template's and special tokens, one query and one document token."""
-        template = (self._pair_specials if self.template == "pair"
-                    else len(self._prefix) + len(self._suffix) + self._single_specials)
-        return template + 2
+    def _head(self, query: str) -> str:
+        """Qwen3-Reranker's format_instruction up to the document."""
+        return f"<Instruct>: {self.instruction}\n<Query>: {query}\n<Document>: "
 
     def encode(self, query: str, documents: list[str], truncate: bool = True, first: int = 0) -> EncodedPairs:
         """Raises PairError for an empty query or document, a query that leaves a document no token, and with
@@ -116,7 +118,7 @@ class PairTokenizer:
         card tokenizes format_instruction's text with the tokenizer's special tokens for one sequence (Qwen3's has
         none), so they are added here too, inside its budget."""
         room = self.max_length - len(self._prefix) - len(self._suffix) - self._single_specials
-        head = f"<Instruct>: {self.instruction}\n<Query>: {query}\n<Document>: "
+        head = self._head(query)
         if self._first_tokens([head], room - 1)[1][0]:
             raise PairError(f"the query and instruction are longer than {room - 1} tokens: with the prompt template, "
                             f"a pair of this model holds {self.max_length} tokens")

@@ -9,6 +9,7 @@ from embedpipe.kernels.engine import Engine, EngineConfig
 from embedpipe.kernels.models.model_folder import ModelLoadError
 from embedpipe.kernels.testing.random_model import write_random_model
 from embedpipe.pipeline.batching.batcher import BatcherConfig
+from embedpipe.pipeline.batching.embed import embed_token_chunks
 from embedpipe.pipeline.batching import rerank
 from embedpipe.pipeline.batching.rerank import chunk_bounds, score_documents, score_pairs
 from embedpipe.pipeline.text.pairs import PairError, make_pair_tokenizer
@@ -76,6 +77,30 @@ def test_a_bad_document_in_a_later_chunk_is_named_by_its_number_in_the_request(r
     assert score_documents(engine, tokenizer, "a query", docs[:3], small).scores.shape == (3,)  # the engine still serves
 
 
+def test_each_chunk_is_launched_before_the_next_is_tokenized(reranker, texts, monkeypatch):
+    _, _, engine, tokenizer = reranker
+    launches, seen = [0], []
+    step = engine.step
+    monkeypatch.setattr(engine, "step", lambda batch: (launches.__setitem__(0, launches[0] + 1), step(batch))[1])
+
+    def chunks(pairs, size=8):
+        for start in range(0, len(pairs.ids), size):
+            seen.append(launches[0])  # the launches made before this chunk is handed over
+            yield pairs.ids[start:start + size], None if pairs.types is None else pairs.types[start:start + size]
+
+    pairs = tokenizer.encode("a query", documents(texts))
+    scores = embed_token_chunks(engine, chunks(pairs), len(pairs.ids), BatcherConfig(max_batch_tokens=16384))
+    assert seen == list(range(len(seen))) and len(seen) == 6  # chunk k comes after chunks 0..k-1 were launched
+    np.testing.assert_allclose(scores[:, 0], score_pairs(engine, pairs), rtol=1e-5, atol=1e-6)
+
+
+def test_a_query_too_long_for_any_pair_is_an_error_without_documents_too(reranker):
+    _, _, engine, tokenizer = reranker
+    with pytest.raises(PairError, match="longer than"):
+        score_documents(engine, tokenizer, "word " * 400, [])
+    assert score_documents(engine, tokenizer, "a query", []).scores.shape == (0,)
+
+
 def test_chunk_bounds_cover_the_documents_in_runs_of_about_the_chunk_tokens():
     documents_ = ["x" * 400] * 10 + ["y" * 100_000] + ["z" * 8] * 3  # ~101 tokens each, one at the max length, 3
     bounds = chunk_bounds(documents_, 512, 300)
@@ -83,6 +108,8 @@ def test_chunk_bounds_cover_the_documents_in_runs_of_about_the_chunk_tokens():
     assert chunk_bounds([], 512, 300) == [] and chunk_bounds(["a"], 512, 1) == [(0, 1)]
     # a document per tokenizer thread at least (here 4), the last chunk what is left
     assert chunk_bounds(documents_, 512, 300, 4) == [(0, 4), (4, 8), (8, 12), (12, 14)]
+    # the query's and template's tokens count too: 101 + 100 a pair, one document a chunk
+    assert chunk_bounds(documents_[:3], 512, 300, 1, 100) == [(0, 1), (1, 2), (2, 3)]
 
 
 def test_a_split_batch_keeps_its_token_types():

@@ -67,14 +67,17 @@ def test_qwen3_reranker_pairs_follow_the_model_cards_template(tmp_path, bert_fol
 @pytest.mark.parametrize("shape", ["tiny-bert-cross-encoder", "tiny-qwen3-reranker"])
 def test_a_max_length_shorter_than_the_template_is_refused(tmp_path, shape):
     write_random_model(shape, tmp_path)
-    shortest = tokenizer_of(tmp_path, 200).min_length  # BERT: [CLS] q [SEP] d [SEP]; Qwen3: its prompt, 79 tokens here
-    assert shortest == (5 if shape == "tiny-bert-cross-encoder" else 81)
+    shortest = tokenizer_of(tmp_path, 200).min_length  # BERT: [CLS] q [SEP] d [SEP]; Qwen3: its prompt and instruction
+    assert shortest == 5 if shape == "tiny-bert-cross-encoder" else shortest > 81  # 79 of prefix, suffix, specials
     with pytest.raises(ValueError, match=f"max-length {shortest - 1} is too short for this reranker"):
         tokenizer_of(tmp_path, shortest - 1)  # before: encode() looped for ever on a budget of no tokens
-    tokenizer = tokenizer_of(tmp_path, shortest)
-    if shape == "tiny-bert-cross-encoder":
-        pairs = tokenizer.encode("cat", ["a cat is an animal"])
-        assert len(pairs.ids[0]) == shortest and pairs.truncated == [True]
-    else:  # the instruction and query come on top of the prompt: one line at encode time, not a loop
-        with pytest.raises(PairError, match="the query and instruction are longer than 1 tokens"):
-            tokenizer.encode("cat", ["a cat is an animal"])
+    pairs = tokenizer_of(tmp_path, shortest).encode("cat", ["a cat is an animal"])  # one query, one document token
+    assert len(pairs.ids[0]) == shortest and pairs.truncated == [True]
+
+
+def test_messages_number_the_documents_from_first(bert_folder):
+    tokenizer = tokenizer_of(bert_folder, 32)
+    with pytest.raises(PairError, match="document 11 is empty"):
+        tokenizer.encode("q", ["a", ""], first=10)
+    with pytest.raises(PairError, match="document 21: with the query, it is longer"):
+        tokenizer.encode("q", ["a", "word " * 100], truncate=False, first=20)
