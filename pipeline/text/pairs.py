@@ -16,7 +16,7 @@ from tokenizers import Encoding, Tokenizer
 
 from embedpipe.pipeline.errors import UserError
 from embedpipe.pipeline.text.tokenizer import (CUT_CHARS_PER_TOKEN, MAX_CHARS_PER_TOKEN, MAX_TEXT_CHARS,
-                                              checked_max_length, holds_two_more_words)
+                                              checked_max_length, encode_shortest_prefix, holds_two_more_words)
 
 QWEN3_RERANKER_PREFIX = ("<|im_start|>system\nJudge whether the Document meets the requirements based on the Query "
                          "and the Instruct provided. Note that the answer can only be \"yes\" or \"no\"."
@@ -151,16 +151,10 @@ class PairTokenizer:
     def _encode_prefix(self, text: str, cut: int, budget: int) -> tuple[Encoding, bool]:
         """The encoding of the shortest prefix of cut * 2^k characters that provably holds the text's first budget
         tokens, and True; or that of the bound's prefix, and False."""
-        bound = max(MAX_TEXT_CHARS, budget * MAX_CHARS_PER_TOKEN)
-        while True:
-            cut = min(cut, bound)
-            # encode_batch releases the GIL while it works (tokenizer.py)
-            encoding = self._tokenizer.encode_batch([text[:cut]], add_special_tokens=False)[0]
-            if cut >= len(text) or holds_first_tokens(encoding, budget):
-                return encoding, True
-            if cut >= bound:
-                return encoding, False
-            cut *= 2
+        def encode(prefix: str) -> Encoding:
+            return self._tokenizer.encode_batch([prefix], add_special_tokens=False)[0]
+        return encode_shortest_prefix(encode, text, cut, max(MAX_TEXT_CHARS, budget * MAX_CHARS_PER_TOKEN),
+                                      lambda encoding: holds_first_tokens(encoding, budget))
 
 
 @dataclass(frozen=True)

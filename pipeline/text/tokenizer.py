@@ -5,6 +5,7 @@ import functools
 import hashlib
 import itertools
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 from tokenizers import Encoding, Tokenizer
@@ -82,14 +83,24 @@ class TextTokenizer:
     def _encode_prefix(self, text: str, cut: int) -> tuple[Encoding, bool]:
         """The text's kept tokens, from the shortest prefix of cut * 2^k characters that provably holds them, and
         True; or, past max_text_chars, the tokens of that prefix and False."""
-        while True:
-            # encode_batch releases the GIL while it works; encode holds it (a 3 MB word paused other threads 2.4 s)
-            encoding = self._tokenizer.encode_batch([self.prompt + text[:cut]])[0]
-            if cut >= len(text) or keeps_whole_text_tokens(encoding):
-                return encoding, True
-            if cut >= self.max_text_chars:
-                return encoding, False
-            cut = min(2 * cut, self.max_text_chars)
+        return encode_shortest_prefix(lambda prefix: self._tokenizer.encode_batch([self.prompt + prefix])[0], text,
+                                      cut, self.max_text_chars, keeps_whole_text_tokens)
+
+
+def encode_shortest_prefix(encode: Callable[[str], Encoding], text: str, cut: int, bound: int,
+                           holds: Callable[[Encoding], bool]) -> tuple[Encoding, bool]:
+    """encode(text[:c]) for the shortest c of cut * 2^k characters (at most bound) whose encoding `holds` the
+    tokens the whole text would give, and True; or the encoding of the bound's prefix, and False. `encode` should
+    call encode_batch, which releases the GIL while it works; encode holds it (a 3 MB word paused other threads
+    2.4 s)."""
+    while True:
+        cut = min(cut, bound)
+        encoding = encode(text[:cut])
+        if cut >= len(text) or holds(encoding):
+            return encoding, True
+        if cut >= bound:
+            return encoding, False
+        cut *= 2
 
 
 def keeps_whole_text_tokens(prefix: Encoding) -> bool:
