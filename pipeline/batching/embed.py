@@ -1,7 +1,6 @@
 """Embedding a list of texts or token-id sequences in one process: `embed`, `query` and the server's warm-up."""
 from __future__ import annotations
 
-import contextlib
 from typing import Iterable
 
 import numpy as np
@@ -45,9 +44,7 @@ def embed_token_chunks(engine: Engine, chunks: Iterable[tuple[list[list[int]], l
                 in_flight.submit(batch, consume)
             first += len(sequences)
     except BaseException:
-        while len(in_flight):  # no launch is left unread; the error raised is the first one
-            with contextlib.suppress(Exception):
-                in_flight.read_oldest()
+        in_flight.drain_after_error()
         raise
     in_flight.drain()
     if first != num_sequences:

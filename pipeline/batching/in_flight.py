@@ -10,6 +10,7 @@ infer.rs, Perplexity's LazyTensor); the engine's CUDA runner keeps a pinned slot
 """
 from __future__ import annotations
 
+import contextlib
 from collections import deque
 from typing import Any, Callable
 
@@ -84,3 +85,10 @@ class InFlight:
         """Reads every batch in flight, oldest first."""
         while self._queue:
             self.read_oldest()
+
+    def drain_after_error(self) -> None:
+        """Reads every batch in flight, oldest first, dropping their own errors: while an error is being raised,
+        no launch is left unread and the error raised stays the first one."""
+        while self._queue:
+            with contextlib.suppress(Exception):
+                self.read_oldest()

@@ -63,6 +63,9 @@ class PairTokenizer:
         self._single_specials = self._tokenizer.num_special_tokens_to_add(False)  # Qwen3's tokenizer: none
         self._stand_in = self._tokenizer.encode("a", add_special_tokens=False)  # a body of one token
         self._stand_in.truncate(1)
+        # Qwen3-Reranker's pair: prefix, the single-sequence special tokens around the body (Qwen3's: none), suffix
+        before, _, after = around_the_body(self._tokenizer.post_process(self._stand_in, None, True), 0)
+        self._prompt_before, self._prompt_after = self._prefix + before.ids, after.ids + self._suffix
         # the fewest tokens a pair can have: the template's (Qwen3-Reranker's instruction included) and the special
         # tokens, one query and one document token
         self.min_length = 2 + (self._pair_specials if template == "pair" else
@@ -123,9 +126,8 @@ class PairTokenizer:
             raise PairError(f"the query and instruction are longer than {room - 1} tokens: with the prompt template, "
                             f"a pair of this model holds {self.max_length} tokens")
         encodings, truncated = self._first_tokens([head + document for document in documents], room)
-        specials_head, _, specials_tail = around_the_body(self._tokenizer.post_process(self._stand_in, None, True), 0)
-        before, after = self._prefix + specials_head.ids, specials_tail.ids + self._suffix
-        return EncodedPairs([before + encoding.ids[:room] + after for encoding in encodings], None, truncated)
+        return EncodedPairs([self._prompt_before + encoding.ids[:room] + self._prompt_after for encoding in encodings],
+                            None, truncated)
 
     def _first_tokens(self, texts: list[str], budget: int) -> tuple[list[Encoding], list[bool]]:
         """Each text's encoding, of which the first `budget` tokens (no special tokens) are the whole text's, and

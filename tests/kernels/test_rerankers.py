@@ -94,6 +94,34 @@ def test_each_chunk_is_launched_before_the_next_is_tokenized(reranker, texts, mo
     np.testing.assert_allclose(scores[:, 0], score_pairs(engine, pairs), rtol=1e-5, atol=1e-6)
 
 
+def test_a_chunk_that_fails_leaves_no_launch_unread_and_raises_its_own_error(reranker, texts, monkeypatch):
+    _, _, engine, tokenizer = reranker
+    launched, read = [], []
+    step = engine.step
+
+    class Handle:  # the engine's handle, counting reads; the second one fails as a device error would
+        def __init__(self, handle):
+            self.handle = handle
+
+        def read(self, consume):
+            read.append(self)
+            if len(read) == 2:
+                raise RuntimeError("the device failed")
+            return self.handle.read(consume)
+
+    monkeypatch.setattr(engine, "step", lambda batch: launched.append(Handle(step(batch))) or launched[-1])
+    pairs = tokenizer.encode("a query", documents(texts))
+
+    def chunks():
+        for start in (0, 8, 16):
+            yield pairs.ids[start:start + 8], None if pairs.types is None else pairs.types[start:start + 8]
+        raise PairError("document 24 is empty")
+
+    with pytest.raises(PairError, match="document 24 is empty"):  # not the device error read while draining
+        embed_token_chunks(engine, chunks(), len(pairs.ids), BatcherConfig(max_batch_tokens=16384))
+    assert len(launched) == 3 and read == launched  # every launch read, oldest first
+
+
 def test_a_query_too_long_for_any_pair_is_an_error_without_documents_too(reranker):
     _, _, engine, tokenizer = reranker
     with pytest.raises(PairError, match="longer than"):
