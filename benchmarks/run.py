@@ -1,8 +1,8 @@
 """Every benchmark suite, ours against transformers and sentence-transformers, each system in a fresh process.
 
-    python benchmarks/run.py                 # on the GPU: every suite and model (sizes.py: ~13 min, --budget-s 510)
-    python benchmarks/run.py --suites latency,http --out DIR && python benchmarks/run.py --suites indexing \
-        --out DIR --merge                    # the same in two 10-minute device calls (~6.7 + ~6.4 min)
+    python benchmarks/run.py                 # on the GPU: every suite and model (sizes.py: ~22 min, --budget-s 510)
+    python benchmarks/run.py --suites latency,http --out DIR   # the same in four 10-minute device calls, then
+    python benchmarks/run.py --suites indexing --models M --out DIR --merge  # for each of sizes.py's M
     python benchmarks/run.py --sizes one-call   # every suite and model in one call: shorter windows, 20k rows
     python benchmarks/run.py --quick         # CPU smoke run of every suite on the default model (CI)
 
