@@ -90,7 +90,9 @@ def engine_runs(gpus: list[int], ray: str | None, cpu: bool) -> dict[str, list[s
 def bench_model(name: str, rows: int, runs: dict[str, list[str]], tmp: Path) -> dict:
     model = model_folder(name, tmp / "models")
     distinct = texts_of_lengths(model, corpus_lengths(min(rows, DISTINCT_TEXTS)))
-    corpus = write_corpus([distinct[i % len(distinct)] for i in range(rows)], tmp / f"corpus-{name}.parquet")
+    # row groups no larger than a unit: a unit is whole row groups, so 4,000 rows in one group were one unit
+    corpus = write_corpus([distinct[i % len(distinct)] for i in range(rows)], tmp / f"corpus-{name}.parquet",
+                          row_group_size=min(4096, -(-rows // UNITS)))
     outputs = {run: tmp / f"{name}-{i}" for i, run in enumerate(runs)}
     results = {}
     for run, engines in runs.items():

@@ -40,9 +40,10 @@ def corpus_lengths(num_rows: int, seed: int = 0) -> list[int]:
     return np.clip(raw.round(), *CORPUS_RANGE).astype(int).tolist()
 
 
-def write_corpus(texts: list[str], path: Path) -> Path:
+def write_corpus(texts: list[str], path: Path, row_group_size: int = 4096) -> Path:
+    """An (id, text) Parquet file; a unit of `embedpipe index` is whole row groups."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.table({"id": np.arange(len(texts), dtype=np.int64), "text": texts}), path, row_group_size=4096)
+    pq.write_table(pa.table({"id": np.arange(len(texts), dtype=np.int64), "text": texts}), path, row_group_size=row_group_size)
     return path
