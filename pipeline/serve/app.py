@@ -71,14 +71,15 @@ class LocalBackend:
                  reranker: Engine | None = None):
         self.engine, self.index, self.batching, self.max_in_flight = engine, index, batching, max_in_flight
         self.reranker = reranker
-        self.metrics = Metrics(engine)
+        self.metrics = Metrics(engine, reranker)
         self.scheduler: Scheduler | None = None
         self.rerank_scheduler: Scheduler | None = None
 
     def start(self) -> None:
-        self.scheduler = Scheduler(self.engine, self.batching, self.metrics.on_batch, self.max_in_flight)
+        self.scheduler = Scheduler(self.engine, self.batching, self.metrics.batches.on_batch, self.max_in_flight)
         if self.reranker is not None:
-            self.rerank_scheduler = Scheduler(self.reranker, self.batching, None, self.max_in_flight)
+            self.rerank_scheduler = Scheduler(self.reranker, self.batching, self.metrics.rerank_batches.on_batch,
+                                              self.max_in_flight)
 
     def close(self) -> None:
         """Finishes every queued job and stops the engine threads."""

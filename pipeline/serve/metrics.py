@@ -19,18 +19,45 @@ PHASES = {"parse": "Request body to a checked request", "tokenize": "Texts to to
 class EngineCounters:
     """Graph replays, captures and eager runs, read from the engine when scraped."""
 
-    def __init__(self, engine):
-        self.engine = engine
+    def __init__(self, engine, prefix: str):
+        self.engine, self.prefix = engine, prefix
 
     def collect(self):
         for name, value in self.engine.counters.as_dict().items():
-            family = CounterMetricFamily(f"embedpipe_{name}", f"Engine batches: {name.replace('_', ' ')}")
+            family = CounterMetricFamily(f"{self.prefix}{name}", f"Engine batches: {name.replace('_', ' ')}")
             family.add_metric([], value)
             yield family
 
 
+class BatchMetrics:
+    """One engine's batches: sizes, padding, the queue time of the requests they start, and the engine's graph
+    counters; `prefix` names them (embedpipe_ for the embedding engine, embedpipe_rerank_ for the reranker's)."""
+
+    def __init__(self, engine, registry: CollectorRegistry, prefix: str, what: str):
+        self.queue_seconds = Histogram(f"{prefix}queue_seconds", f"Submission to the first batch of a {what}",
+                                       buckets=SECONDS, registry=registry)
+        self.batch_sequences = Histogram(f"{prefix}batch_sequences", "Sequences per batch",
+                                         buckets=POWERS_OF_TWO, registry=registry)
+        self.batch_tokens = Histogram(f"{prefix}batch_tokens", "Real tokens per batch", buckets=TOKENS,
+                                      registry=registry)
+        self.padded_tokens = Counter(f"{prefix}batch_padded_tokens", "Tokens launched, padding included",
+                                     registry=registry)
+        registry.register(EngineCounters(engine, prefix))
+
+    def on_batch(self, batch: Batch, queue_seconds: list[float]) -> None:
+        """Called by the engine's scheduler thread for every batch it launches."""
+        self.batch_sequences.observe(batch.num_seqs)
+        self.batch_tokens.observe(batch.num_tokens)
+        self.padded_tokens.inc(batch.key[0])
+        for seconds in queue_seconds:
+            self.queue_seconds.observe(seconds)
+
+
 class Metrics:
-    def __init__(self, engine):
+    """The server's metrics: requests (from every HTTP process), and the batches of its engine and of its reranker's,
+    if it has one."""
+
+    def __init__(self, engine, reranker=None):
         disable_created_metrics()  # no *_created series: half the lines, nothing anyone graphs
         self.registry = registry = CollectorRegistry()
         self.requests = Counter("embedpipe_requests", "HTTP requests answered", ["endpoint", "status"],
@@ -44,23 +71,9 @@ class Metrics:
                               registry=registry)
         self.phase_seconds = [Histogram(f"embedpipe_request_{phase}_seconds", text, ["endpoint"],
                                         buckets=PHASE_SECONDS, registry=registry) for phase, text in PHASES.items()]
-        self.queue_seconds = Histogram("embedpipe_queue_seconds", "Submission to the first batch of a request",
-                                       buckets=SECONDS, registry=registry)
-        self.batch_sequences = Histogram("embedpipe_batch_sequences", "Sequences per batch",
-                                         buckets=POWERS_OF_TWO, registry=registry)
-        self.batch_tokens = Histogram("embedpipe_batch_tokens", "Real tokens per batch", buckets=TOKENS,
-                                      registry=registry)
-        self.padded_tokens = Counter("embedpipe_batch_padded_tokens", "Tokens launched, padding included",
-                                     registry=registry)
-        registry.register(EngineCounters(engine))
-
-    def on_batch(self, batch: Batch, queue_seconds: list[float]) -> None:
-        """Called by the engine thread for every batch it launches."""
-        self.batch_sequences.observe(batch.num_seqs)
-        self.batch_tokens.observe(batch.num_tokens)
-        self.padded_tokens.inc(batch.key[0])
-        for seconds in queue_seconds:
-            self.queue_seconds.observe(seconds)
+        self.batches = BatchMetrics(engine, registry, "embedpipe_", "request")
+        self.rerank_batches = (None if reranker is None
+                               else BatchMetrics(reranker, registry, "embedpipe_rerank_", "rerank request"))
 
     def admitted(self, change: int) -> None:
         self.active.inc(change)

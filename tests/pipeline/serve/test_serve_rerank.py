@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from embedpipe.kernels.testing.random_model import write_random_model
-from support.serve_client import ServerProcess
+from support.serve_client import ServerProcess, metric
 
 pytestmark = pytest.mark.slow
 MAX_DOCUMENTS = 8  # --max-inputs: documents a request
@@ -117,6 +117,20 @@ def test_health_and_models_list_the_reranker(served):
     models = httpx.get(served.url + "/v1/models").json()["data"]
     assert [m["id"] for m in models] == [served.embedder, served.reranker]
     assert models[1]["task"] == "rerank" and models[1]["max_input_tokens"] == MAX_LENGTH
+
+
+def test_metrics_count_the_rerankers_batches_apart_from_the_embedders(served):
+    rerank_before = metric(served.url, "embedpipe_rerank_batch_sequences_sum")
+    embed_before = metric(served.url, "embedpipe_batch_sequences_sum")
+    assert rerank(served.url, query=QUERY, documents=DOCUMENTS).status_code == 200
+    # the query's pair with each document: one sequence each, in the reranker's batches only
+    assert metric(served.url, "embedpipe_rerank_batch_sequences_sum") - rerank_before == len(DOCUMENTS)
+    assert metric(served.url, "embedpipe_batch_sequences_sum") == embed_before
+    assert metric(served.url, "embedpipe_rerank_queue_seconds_count") > 0
+    text = httpx.get(served.url + "/metrics").text
+    for name in ("embedpipe_rerank_batch_tokens_bucket", "embedpipe_rerank_batch_padded_tokens_total",
+                 "embedpipe_rerank_eager_runs_total"):
+        assert name in text, name
 
 
 def test_a_server_without_a_reranker_answers_404(tmp_path, tiny_model):
