@@ -43,12 +43,16 @@ def index_command(*args) -> list[str]:
     return [sys.executable, "-m", "embedpipe.cli.main", *map(str, args)]
 
 
+def unit_rows(rows: int) -> int:
+    """Rows per unit of a corpus of `rows`: UNITS units."""
+    return -(-rows // UNITS)
+
+
 def run_index(corpus: Path, model: Path, output: Path, engines: list[str]) -> dict:
     """The run's numbers and `verify` outcome; {"options", "error"} when `embedpipe index` failed."""
     start = time.perf_counter()
-    rows_per_unit = -(-pq.read_metadata(corpus).num_rows // UNITS)
-    done = subprocess.run(index_command("index", corpus, "--output", output, "--model", model,
-                                        "--rows-per-unit", rows_per_unit, "--quiet", *engines),
+    done = subprocess.run(index_command("index", corpus, "--output", output, "--model", model, "--rows-per-unit",
+                                        unit_rows(pq.read_metadata(corpus).num_rows), "--quiet", *engines),
                           capture_output=True, text=True)
     if done.returncode != 0:
         return {"options": " ".join(engines), "error": f"exit {done.returncode}: {done.stderr[-2000:]}"}
@@ -92,7 +96,7 @@ def bench_model(name: str, rows: int, runs: dict[str, list[str]], tmp: Path) -> 
     distinct = texts_of_lengths(model, corpus_lengths(min(rows, DISTINCT_TEXTS)))
     # row groups no larger than a unit: a unit is whole row groups, so 4,000 rows in one group were one unit
     corpus = write_corpus([distinct[i % len(distinct)] for i in range(rows)], tmp / f"corpus-{name}.parquet",
-                          row_group_size=min(4096, -(-rows // UNITS)))
+                          row_group_size=min(4096, unit_rows(rows)))
     outputs = {run: tmp / f"{name}-{i}" for i, run in enumerate(runs)}
     results = {}
     for run, engines in runs.items():

@@ -45,5 +45,6 @@ def write_corpus(texts: list[str], path: Path, row_group_size: int = 4096) -> Pa
     import pyarrow as pa
     import pyarrow.parquet as pq
     path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.table({"id": np.arange(len(texts), dtype=np.int64), "text": texts}), path, row_group_size=row_group_size)
+    pq.write_table(pa.table({"id": np.arange(len(texts), dtype=np.int64), "text": texts}), path,
+                   row_group_size=row_group_size)
     return path
