@@ -269,10 +269,21 @@ def write_results(results: dict, folder: Path, table: str) -> None:
     (folder / "results.md").write_text(table)
 
 
+def machine_id() -> str:
+    """This machine and this boot of it (the GPU's UUID where there is one, and the kernel's boot id), hashed: two
+    calls with the same id ran on one machine without a restart between them."""
+    import hashlib
+    boot = Path("/proc/sys/kernel/random/boot_id")
+    parts = [boot.read_text().strip() if boot.exists() else "", os.uname().nodename]
+    if torch.cuda.is_available():
+        parts.append(str(torch.cuda.get_device_properties(0).uuid))
+    return hashlib.sha1("/".join(parts).encode()).hexdigest()[:12]
+
+
 def environment() -> dict:
     import platform
     env = {"torch": torch.__version__, "date": time.strftime("%Y-%m-%d"), "python": platform.python_version(),
-           "cpus": len(__import__("os").sched_getaffinity(0))}
+           "cpus": len(os.sched_getaffinity(0)), "machine": machine_id()}
     if torch.cuda.is_available():
         env["gpu"] = torch.cuda.get_device_name()
     for package in ("flashinfer", "transformers", "sentence_transformers"):

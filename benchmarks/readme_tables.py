@@ -4,7 +4,8 @@ Every cell is the median of the run's rounds [min-max]; every ratio is taken rou
 """
 from __future__ import annotations
 
-from report_tables import (PEERS, cell, concurrency_rows, latency_rows, skipped_notes, table, times, where_we_lose)
+from report_tables import (PEERS, calls_note, cell, concurrency_rows, latency_rows, skipped_notes, table, times,
+                           where_we_lose)
 
 
 def summary_tables(results: dict, source: str) -> list[str]:
@@ -57,7 +58,7 @@ def indexing(models: dict) -> list[list[str]]:
         systems, vs = x["systems"], x["vs"]
         ours, st, st32 = (systems[k] for k in ("embedpipe index", "sentence-transformers (batch 256)",
                                               "sentence-transformers (batch 32)"))
-        rows.append([model, f"{x['corpus']['rows']:,}", cell(ours, "embeddings_per_s", 0),
+        rows.append([model, f"{x['corpus']['rows']:,}{calls_note(x)}", cell(ours, "embeddings_per_s", 0),
                      cell(ours, "wall_embeddings_per_s", 0), cell(st, "embeddings_per_s", 0),
                      cell(st, "wall_embeddings_per_s", 0),
                      f"{cell(st32, 'embeddings_per_s', 0)} ({x['corpus']['default_batch_rows']:,})",

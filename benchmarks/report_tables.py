@@ -92,13 +92,19 @@ def concurrency_rows(models: dict, full: bool) -> list[list[str]]:
     return rows
 
 
+def calls_note(indexing: dict) -> str:
+    """Where suite 5's rounds came from more than one call to one machine (run.py --add-rounds): how many each."""
+    calls = indexing.get("rounds_per_call", [])
+    return f"; rounds {' + '.join(map(str, calls))} from {len(calls)} calls to one machine" if len(calls) > 1 else ""
+
+
 def indexing_rows(models: dict) -> list[list[str]]:
     rows = []
     for model, r in models.items():
         x = r.get("indexing")
         if not x:
             continue
-        corpus = f"{x['corpus']['rows']:,} rows, median {x['corpus']['median_tokens']:.0f} tokens"
+        corpus = f"{x['corpus']['rows']:,} rows, median {x['corpus']['median_tokens']:.0f} tokens{calls_note(x)}"
         for system, s in x["systems"].items():
             vs = x["vs"].get(system, {})
             busy = cell(s, "gpu_busy_while_embedding", 2)

@@ -3,6 +3,8 @@
     python benchmarks/run.py                 # on the GPU: every suite and model (sizes.py: ~22 min, --budget-s 510)
     python benchmarks/run.py --suites latency,http --out DIR   # the same in four 10-minute device calls, then
     python benchmarks/run.py --suites indexing --models M --out DIR --merge  # for each of sizes.py's M
+    python benchmarks/run.py --suites indexing --models M --out DIR --merge --add-rounds --rounds 1  # suite 5's
+                                             # rounds spread over calls to one machine (a 0.6B shape at 200k rows)
     python benchmarks/run.py --sizes one-call   # every suite and model in one call: shorter windows, 20k rows
     python benchmarks/run.py --quick         # CPU smoke run of every suite on the default model (CI)
 
@@ -64,6 +66,7 @@ class ModelRun:
     info: dict
     work: Path
     deadline: Deadline
+    earlier: dict | None = None  # --add-rounds: the model's suite 5 as an earlier call left it in --out
 
 
 def gpu_slug() -> str:
@@ -153,6 +156,9 @@ def parse_args() -> argparse.Namespace:
                              "none with --quick; 0: none)")
     parser.add_argument("--out", type=Path, default=None, help="default: benchmarks/results/DATE-GPU")
     parser.add_argument("--merge", action="store_true", help="add to an existing results.json in --out")
+    parser.add_argument("--add-rounds", action="store_true",
+                        help="with --merge: suite 5's rounds are added to those an earlier call made on this machine "
+                             "(the same boot of it) on the same corpus, instead of replacing them")
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "embedpipe-bench-models")
     return parser.parse_args()
 
@@ -190,6 +196,8 @@ def main() -> None:
         raise SystemExit(f"unknown suites {sorted(unknown)}: choose from {', '.join(SUITES)}")
     out = args.out or Path(__file__).parent / "results" / f"{time.strftime('%Y-%m-%d')}-{gpu_slug()}"
     previous = json.loads((out / "results.json").read_text()) if args.merge and (out / "results.json").exists() else {}
+    if args.add_rounds and not args.merge:
+        raise SystemExit("--add-rounds adds to the rounds in --out's results.json: give --merge too")
     results, deadline = new_results(args, device, preset, sizes, budget), Deadline(budget)
     with torch.device(device):  # random weights drawn on the GPU: seconds
         folders = {name: model_folder(name, args.cache) for name in models}
@@ -201,8 +209,9 @@ def main() -> None:
                             "preset": preset, "seconds": time.perf_counter() - start,
                             "ceilings": results["ceilings"], "environment": results["environment"]}
                 report.write(report.merge(previous, {**results, "runs": [this_run]}), out)
+            earlier = previous.get("models", {}).get(name, {}).get("indexing") if args.add_rounds else None
             ctx = ModelRun(name, folders[name], device, sizes, asdict(sizes), results["ceilings"],
-                           model_info(folders[name], device), Path(work), deadline)
+                           model_info(folders[name], device), Path(work), deadline, earlier)
             bench_model(ctx, suites, after_suite)
     print((out / "results.md").read_text())
     failed = {f"{m}/{s}" for m, r in results["models"].items() for s in r.get("errors", {})}

@@ -3,9 +3,11 @@ of its own, rounds alternating) and writes well-formed results (no timing checks
 what `benchmarks/report.py --readme` makes of the results it names."""
 import json
 import math
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -133,6 +135,45 @@ def test_quick_run_writes_report_plots_and_readme_block(quick):
     block = report.readme_block(out)
     assert block.startswith(report.BEGIN) and block.endswith(report.END)
     assert "| minilm | 1 x 32 |" in block and "| minilm | 96 |" in block and "Where we lose" in block
+
+
+@pytest.mark.slow
+def test_add_rounds_adds_a_calls_rounds_of_suite_5_to_the_earlier_calls(quick, tmp_path):
+    """--add-rounds on the same machine and corpus: the earlier call's rounds are kept (the same processes), this
+    call's follow them, and every summary and ratio is over all of them."""
+    results, out = quick
+    shutil.copy(out / "results.json", tmp_path / "results.json")
+    done = subprocess.run([sys.executable, str(RUN), "--quick", "--suites", "indexing", "--rounds", "1", "--merge",
+                           "--add-rounds", "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    before, after = results["models"]["minilm"]["indexing"], json.loads((tmp_path / "results.json").read_text())
+    indexing, rounds = after["models"]["minilm"]["indexing"], results["sizes"]["rounds"] + 1
+    assert indexing["rounds"] == rounds and indexing["rounds_per_call"] == [rounds - 1, 1]
+    for system, pids in indexing["pids"].items():
+        assert pids[:-1] == before["pids"][system] and pids[-1] not in pids[:-1]
+    for system in indexing["systems"].values():
+        check_summary(system, rounds, ("embeddings_per_s",))
+    for vs in indexing["vs"].values():
+        for value in vs.values():
+            check_ratio(value, rounds)
+    assert after["models"]["minilm"]["latency"] == results["models"]["minilm"]["latency"]  # other suites untouched
+    assert "rounds 2 + 1 from 2 calls" in (tmp_path / "results.md").read_text()
+
+
+def test_add_rounds_starts_afresh_on_another_machine_or_corpus():
+    from common import machine_id
+    from suite_indexing import IndexingRun
+    earlier = {"machine": machine_id(), "corpus": {"file": "corpus-ab-96.parquet", "tokens": 5000}}
+    run = IndexingRun.__new__(IndexingRun)  # no corpus written: earlier_rounds reads only these
+    run.ctx, run.corpus = SimpleNamespace(earlier=earlier), Path("corpus-ab-96.parquet")
+    assert run.earlier_rounds(5000) is earlier
+    assert run.earlier_rounds(5001) is None  # other tokens: another tokenizer's or draw's corpus
+    run.corpus = Path("corpus-ab-200.parquet")
+    assert run.earlier_rounds(5000) is None
+    run.corpus, run.ctx = Path("corpus-ab-96.parquet"), SimpleNamespace(earlier={**earlier, "machine": "elsewhere"})
+    assert run.earlier_rounds(5000) is None
+    run.ctx = SimpleNamespace(earlier=None)
+    assert run.earlier_rounds(5000) is None
 
 
 def test_readme_block_is_what_report_makes_of_the_results_it_names():
