@@ -13,8 +13,8 @@ import json
 import sys
 from pathlib import Path
 
-from report_tables import (concurrency_rows, indexing_rows, latency_rows, skipped_notes, table, throughput_rows,
-                           where_we_lose)
+from report_tables import (concurrency_rows, indexing_rows, latency_rows, run_dates, skipped_notes, table,
+                           throughput_rows, where_we_lose)
 
 FORMAT = 2  # every system in its own process, rounds and spreads (run.py since issue 24)
 REPO = Path(__file__).resolve().parent.parent
@@ -81,7 +81,8 @@ def header(results: dict) -> list[str]:
             f"matmul, {ceiling['copy_tbps']:.2f} TB/s copy. {clock_range(results)}", "",
             f"Every system in its own fresh process; {sizes['rounds']} rounds, ours and the peers alternating; a "
             "figure is the median of the rounds [min-max], a ratio (how many times better ours is) is taken round "
-            "by round. Runs:", "",
+            "by round. Runs, in order (a later run's suite replaces an earlier one's for the models it names, unless "
+            "it adds rounds):", "",
             *[f"- `{r['command']}`: {', '.join(r['models'])}, {r['seconds']:.0f} s" for r in results.get("runs", [])],
             ""]
 
@@ -90,7 +91,7 @@ def markdown(results: dict) -> str:
     if results.get("format", 1) < FORMAT:
         raise SystemExit("these results are of the old format (peers in our process): their results.md stands")
     env, models = results["environment"], results["models"]
-    lines = [f"# embedpipe benchmarks, {env['date']}, {env.get('gpu') or 'CPU'} ({results['device']})", "",
+    lines = [f"# embedpipe benchmarks, {run_dates(results)}, {env.get('gpu') or 'CPU'} ({results['device']})", "",
              *header(results),
              "## 1. Low-latency embedding (batch 1, pre-tokenised, ms)", "",
              "weights/bandwidth: the time to read the weights once at the measured copy bandwidth, over p50.", "",
@@ -107,7 +108,7 @@ def markdown(results: dict) -> str:
                      "mean batch", "vs peer p50", "vs peer requests/s"], concurrency_rows(models, True)),
              *indexing_section(models), *agreement_section(models),
              "## Where we lose", "", *where_we_lose(models), ""]
-    if notes := skipped_notes(models):
+    if notes := skipped_notes(models, results["sizes"]["rounds"]):
         lines += ["## Not measured", "", *notes, ""]
     return "\n".join(lines) + "\n"
 

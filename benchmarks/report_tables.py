@@ -46,8 +46,9 @@ def latency_rows(models: dict, group: str, full: bool) -> list[list[str]]:
     return rows
 
 
-def skipped_notes(models: dict) -> list[str]:
-    """What a model did not run: lengths past its positions, suites past the budget, failed suites."""
+def skipped_notes(models: dict, rounds: int) -> list[str]:
+    """What a model did not run: lengths past its positions, suites past the budget or with fewer than the preset's
+    `rounds`, failed suites."""
     notes = [f"- {model}: batch 1 x {size} skipped ({why})" for model, r in models.items()
              for size, why in (r.get("latency") or {}).get("skipped_lengths", {}).items()]
     for model, r in models.items():
@@ -57,6 +58,8 @@ def skipped_notes(models: dict) -> list[str]:
         for suite in ("latency", "http", "indexing"):
             if (r.get(suite) or {}).get("rounds_cut"):
                 notes.append(f"- {model} / {suite}: {r[suite]['rounds']} rounds ({r[suite]['rounds_cut']})")
+            elif (r.get(suite) or {}).get("rounds", rounds) < rounds:
+                notes.append(f"- {model} / {suite}: {r[suite]['rounds']} rounds of the preset's {rounds}")
     return notes
 
 
@@ -90,6 +93,13 @@ def concurrency_rows(models: dict, full: bool) -> list[list[str]]:
                                  *((times(row["vs"]["peer"]), times(row["vs"]["peer_requests_per_s"]))
                                    if server == "ours" else ("", ""))])
     return rows
+
+
+def run_dates(results: dict) -> str:
+    """The day of the run, or the first and last day of the runs merged into it."""
+    runs = [r for r in results.get("runs", []) if "environment" in r]
+    days = sorted({results["environment"]["date"]} | {r["environment"]["date"] for r in runs})
+    return days[0] if len(days) == 1 else f"{days[0]} to {days[-1]}"
 
 
 def calls_note(indexing: dict) -> str:

@@ -3,19 +3,20 @@
 Windows are short and every figure is a median of rounds: what one round loses in samples the rounds give back
 as a spread. Wall time measured on one H200 with 16 cores (benchmarks/results/2026-12-02-h200-full, seconds;
 "start" is the latency workers, both servers and the corpus loading at once, untimed; indexing is 3 rounds of
-`embedpipe index`, the script at batch 256 and its first rows at batch 32, each a fresh process):
+`embedpipe index`, the script at batch 256 and its first rows at batch 32, each a fresh process, on 200,000 rows):
 
-    full             start  latency  http  indexing (rows)       total
-    minilm             13     17      37     252 (200,000)       ~320 s
-    bert-base          17     24      39    ~300 (200,000)       ~380 s
-    qwen3-0.6b         25     51      72     147  (20,000)       ~295 s
-    pplx-embed-0.6b    25     55      75    ~147  (20,000)       ~300 s   + ceilings, corpus: ~22 min in all
+    full             start  latency  http  indexing      total
+    minilm             13     17      37      252        ~320 s
+    bert-base          17     24      39     ~290        ~370 s
+    qwen3-0.6b         25     51      72     ~720        ~870 s
+    pplx-embed-0.6b    25     55      75     ~740        ~900 s   + ceilings, a corpus per call: ~42 min in all
 
-sentence-transformers at batch 256 takes 53-61 s of every round on 200,000 rows: suite 5 is most of the run.
-More than one 10-minute device call (--budget-s, 510 s by default on the GPU, skips and records what would not
-fit): on the H200 make it four, into one folder (--merge after the first): `--suites latency,http` (~7.5 min),
-then `--suites indexing` with `--models minilm` (~4.5 min), `--models bert-base` (~5.3 min) and `--models
-qwen3-0.6b,pplx-embed-0.6b` (~5 min). `one-call` keeps every suite, model and round but shorter windows and
+sentence-transformers at batch 256 takes 53-61 s of every round on 200,000 rows with MiniLM, 170-196 s with a
+0.6B shape (ours 41-45 s): suite 5 is most of the run. So the full preset needs several 10-minute device calls
+into one folder (--merge after the first; --budget-s, 510 s by default on the GPU, skips and records what would
+not fit): `--suites latency,http` (~7.5 min), `--suites indexing --models minilm` (~4.5 min), `--models
+bert-base` (~5 min), and for each 0.6B shape `--rounds 2` (~9 min) then, warm, on the same machine,
+`--add-rounds --rounds 1` (~4.5 min). `one-call` keeps every suite, model and round but shorter windows and
 20,000 rows (10,000 for the 0.6B shapes), ~8.7 min, so the budget may cut its last rounds.
 """
 from __future__ import annotations
@@ -50,10 +51,10 @@ class Sizes:
     concurrency_seconds: float = 0.3
     warmup_seconds: float = 0.1
     http_workers: int = 4  # our server's HTTP processes (`embedpipe serve --http-workers`) in suites 3 and 4
-    # suite 5: rows of the corpus; the 0.6B shapes get fewer (20,000 rows: ~49 s a round, most of it the script's
-    # encode at ~1,050 rows/s; at 200,000 a round would take ~4 min)
+    # suite 5: rows of the corpus, 200,000 for every model (issue 24); a 0.6B shape's round takes ~4 min there, most
+    # of it the script's encode at ~1,200 rows/s, so its 3 rounds span two calls (run.py --add-rounds)
     corpus_rows: int = 200_000
-    large_model_rows: int = 20_000
+    large_model_rows: int = 200_000
     default_batch_rows: int = 5_000  # sentence-transformers at its default batch of 32: the first rows
     large_default_batch_rows: int = 2_000
 

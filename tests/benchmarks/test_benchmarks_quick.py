@@ -184,6 +184,19 @@ def test_readme_block_is_what_report_makes_of_the_results_it_names():
     assert source == report.newest_results(), "a newer results folder exists: python benchmarks/report.py --readme"
 
 
+def test_report_names_suites_short_of_the_presets_rounds_and_every_day_of_a_merged_run():
+    from report_tables import run_dates, skipped_notes
+    models = {"m": {"indexing": {"rounds": 2}, "http": {"rounds": 3}},
+              "n": {"indexing": {"rounds": 1, "rounds_cut": "round 2 of 2 skipped"}}}
+    assert skipped_notes(models, 3) == ["- m / indexing: 2 rounds of the preset's 3",
+                                        "- n / indexing: 1 rounds (round 2 of 2 skipped)"]
+    assert skipped_notes({"m": {"indexing": {"rounds": 3}}}, 3) == []
+    one_day = {"environment": {"date": "2026-12-02"}, "runs": [{"environment": {"date": "2026-12-02"}}, {}]}
+    assert run_dates(one_day) == "2026-12-02"
+    one_day["runs"].append({"environment": {"date": "2026-12-03"}})
+    assert run_dates(one_day) == "2026-12-02 to 2026-12-03"
+
+
 def test_merge_keeps_each_models_suites_from_both_runs():
     first = {"environment": {"date": "a"}, "runs": [{"command": "first"}],
              "models": {"m": {"latency": {"x": 1}, "http": {"y": 1}, "seconds": {"latency": 1.0, "http": 2.0,
