@@ -7,17 +7,18 @@ as a spread. Wall time measured on one H200 with 16 cores (benchmarks/results/20
 
     full             start  latency  http  indexing      total
     minilm             13     17      37      252        ~320 s
-    bert-base          17     24      39     ~290        ~370 s
+    bert-base          17     24      39   ~290-370      ~370-450 s
     qwen3-0.6b         25     51      72     ~720        ~870 s
     pplx-embed-0.6b    25     55      75     ~740        ~900 s   + ceilings, a corpus per call: ~42 min in all
 
-sentence-transformers at batch 256 takes 53-61 s of every round on 200,000 rows with MiniLM, 170-196 s with a
-0.6B shape (ours 41-45 s): suite 5 is most of the run. So the full preset needs several 10-minute device calls
-into one folder (--merge after the first; --budget-s, 510 s by default on the GPU, skips and records what would
-not fit): `--suites latency,http` (~7.5 min), `--suites indexing --models minilm` (~4.5 min), `--models
-bert-base` (~5 min), and for each 0.6B shape `--rounds 2` (~9 min) then, warm, on the same machine,
-`--add-rounds --rounds 1` (~4.5 min). `one-call` keeps every suite, model and round but shorter windows and
-20,000 rows (10,000 for the 0.6B shapes), ~8.7 min, so the budget may cut its last rounds.
+sentence-transformers at batch 256 takes 53-61 s of every round on 200,000 rows with MiniLM or BERT-base (103 s
+on another H200: the peer varies by machine, ours by ~4%), 170-196 s with a 0.6B shape (ours 41-45 s): suite 5 is
+most of the run. So the full preset needs several 10-minute device calls into one folder (--merge after the
+first; --budget-s, 510 s by default on the GPU, skips and records what would not fit): `--suites latency,http`
+(~7.5 min), `--suites indexing --models minilm` (~4.5 min), `--models bert-base` (~5-6.5 min), and for each 0.6B
+shape `--rounds 2` (~9 min) then, warm, on the same machine, `--add-rounds --rounds 1` (~4.5 min). `one-call`
+keeps every suite, model and round but shorter windows and 20,000 rows (10,000 for the 0.6B shapes), ~8.7 min,
+so the budget may cut its last rounds.
 """
 from __future__ import annotations
 
