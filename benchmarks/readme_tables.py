@@ -12,7 +12,7 @@ def summary_tables(results: dict, source: str) -> list[str]:
     env, models, sizes = results["environment"], results["models"], results["sizes"]
     gpu = results["device"].startswith("cuda")
     runs = [f"`{r['command']}`, {r['seconds']:.0f} s" for r in results.get("runs", [])]
-    order = "; in order, a later run replacing the suites of the models it names unless it adds rounds"
+    order = "; in order, a later run replacing the suites of the models it names unless it adds rounds to them"
     lines = [f"{env.get('gpu') or 'CPU'}, {run_dates(results)}: torch {env['torch']}, "
              f"transformers {env['transformers']}, sentence-transformers {env['sentence_transformers']}, "
              f"{env['cpus']} CPU cores; "

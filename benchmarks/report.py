@@ -82,7 +82,7 @@ def header(results: dict) -> list[str]:
             f"Every system in its own fresh process; {sizes['rounds']} rounds, ours and the peers alternating; a "
             "figure is the median of the rounds [min-max], a ratio (how many times better ours is) is taken round "
             "by round. Runs, in order (a later run's suite replaces an earlier one's for the models it names, unless "
-            "it adds rounds):", "",
+            "it adds rounds to it: --add-rounds on the same machine and corpus):", "",
             *[f"- `{r['command']}`: {', '.join(r['models'])}, {r['seconds']:.0f} s" for r in results.get("runs", [])],
             ""]
 

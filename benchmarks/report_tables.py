@@ -47,8 +47,8 @@ def latency_rows(models: dict, group: str, full: bool) -> list[list[str]]:
 
 
 def skipped_notes(models: dict, rounds: int) -> list[str]:
-    """What a model did not run: lengths past its positions, suites past the budget or with fewer than the preset's
-    `rounds`, failed suites."""
+    """What a model did not run: lengths past its positions, suites past the budget or with fewer than the run's
+    `rounds` (results["sizes"], the first call's), failed suites."""
     notes = [f"- {model}: batch 1 x {size} skipped ({why})" for model, r in models.items()
              for size, why in (r.get("latency") or {}).get("skipped_lengths", {}).items()]
     for model, r in models.items():
@@ -59,7 +59,7 @@ def skipped_notes(models: dict, rounds: int) -> list[str]:
             if (r.get(suite) or {}).get("rounds_cut"):
                 notes.append(f"- {model} / {suite}: {r[suite]['rounds']} rounds ({r[suite]['rounds_cut']})")
             elif (r.get(suite) or {}).get("rounds", rounds) < rounds:
-                notes.append(f"- {model} / {suite}: {r[suite]['rounds']} rounds of the preset's {rounds}")
+                notes.append(f"- {model} / {suite}: {r[suite]['rounds']} rounds of the run's {rounds}")
     return notes
 
 

@@ -3,9 +3,10 @@
     python benchmarks/run.py                 # on the GPU: every suite and model (sizes.py: ~42 min, --budget-s 510)
     python benchmarks/run.py --suites latency,http --out DIR   # the same in 10-minute device calls: this, then
     python benchmarks/run.py --suites indexing --models M --out DIR --merge  # for MiniLM and BERT-base, and
-    python benchmarks/run.py --suites indexing --models M --out DIR --merge --rounds 2   # for a 0.6B shape, then
-    python benchmarks/run.py --suites indexing --models M --out DIR --merge --add-rounds --rounds 1  # its third
-                                             # round, a warm call to the same machine (sizes.py says why)
+    python benchmarks/run.py --suites indexing --models M --out DIR --merge --rounds 2 --budget-s 570  # a 0.6B
+                                             # shape (~9 min: past the default budget), then its third round,
+    python benchmarks/run.py --suites indexing --models M --out DIR --merge --add-rounds --rounds 1  # a warm call
+                                             # to the same machine (sizes.py says why)
     python benchmarks/run.py --sizes one-call   # every suite and model in one call: shorter windows, 20k rows
     python benchmarks/run.py --quick         # CPU smoke run of every suite on the default model (CI)
 

@@ -16,9 +16,9 @@ on another H200: the peer varies by machine, ours by ~4%), 170-196 s with a 0.6B
 most of the run. So the full preset needs several 10-minute device calls into one folder (--merge after the
 first; --budget-s, 510 s by default on the GPU, skips and records what would not fit): `--suites latency,http`
 (~7.5 min), `--suites indexing --models minilm` (~4.5 min), `--models bert-base` (~5-6.5 min), and for each 0.6B
-shape `--rounds 2` (~9 min) then, warm, on the same machine, `--add-rounds --rounds 1` (~4.5 min). `one-call`
-keeps every suite, model and round but shorter windows and 20,000 rows (10,000 for the 0.6B shapes), ~8.7 min,
-so the budget may cut its last rounds.
+shape `--rounds 2 --budget-s 570` (~9 min) then, warm, on the same machine, `--add-rounds --rounds 1` (~4.5
+min). `one-call` keeps every suite, model and round but shorter windows and 20,000 rows (10,000 for the 0.6B
+shapes), ~8.7 min, so the budget may cut its last rounds.
 """
 from __future__ import annotations
 

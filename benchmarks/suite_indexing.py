@@ -193,6 +193,7 @@ class IndexingRun:
             per_call = earlier["rounds_per_call"] + per_call
             agreement["sentence-transformers"] = min(agreement["sentence-transformers"],
                                                      earlier["agreement"]["sentence-transformers"])
+            cut = cut and f"the last of {len(per_call)} calls: {cut}"
         out = {**self.summary(rounds, self.rows), "agreement": agreement, "machine": machine_id(),
                "rounds_per_call": per_call}
         if cut:
@@ -202,14 +203,19 @@ class IndexingRun:
 
     def earlier_rounds(self, tokens: int) -> dict | None:
         """The earlier call's suite 5 (--add-rounds) if its rounds can be added to this call's: the same machine
-        and boot, the same corpus."""
+        and boot, the same corpus, the same rows at batch 32."""
         earlier = self.ctx.earlier
         if not earlier:
             return None
-        same = {"machine": (earlier.get("machine"), machine_id()),
-                "corpus": ((earlier["corpus"]["file"], earlier["corpus"]["tokens"]), (self.corpus.name, tokens))}
+        if "machine" not in earlier:
+            print("  the earlier rounds recorded no machine: this call's replace them", flush=True)
+            return None
+        corpus = earlier["corpus"]
+        same = {"machine": (earlier["machine"], machine_id()),
+                "corpus": ((corpus["file"], corpus["tokens"]), (self.corpus.name, tokens)),
+                "batch-32 rows": (corpus.get("default_batch_rows"), self.default_rows)}
         if differs := [what for what, (then, now) in same.items() if then != now]:
-            print(f"  the earlier rounds were on another {' and '.join(differs)}: this call's replace them", flush=True)
+            print(f"  the earlier rounds had another {' and '.join(differs)}: this call's replace them", flush=True)
             return None
         return earlier
 

@@ -153,9 +153,10 @@ def test_add_rounds_adds_a_calls_rounds_of_suite_5_to_the_earlier_calls(quick, t
         assert pids[:-1] == before["pids"][system] and pids[-1] not in pids[:-1]
     for system in indexing["systems"].values():
         check_summary(system, rounds, ("embeddings_per_s",))
-    for vs in indexing["vs"].values():
-        for value in vs.values():
+    for peer, vs in indexing["vs"].items():
+        for measure, value in vs.items():
             check_ratio(value, rounds)
+            assert value["rounds"][:-1] == before["vs"][peer][measure]["rounds"]  # the earlier call's pairs kept
     assert after["models"]["minilm"]["latency"] == results["models"]["minilm"]["latency"]  # other suites untouched
     assert "rounds 2 + 1 from 2 calls" in (tmp_path / "results.md").read_text()
 
@@ -163,14 +164,19 @@ def test_add_rounds_adds_a_calls_rounds_of_suite_5_to_the_earlier_calls(quick, t
 def test_add_rounds_starts_afresh_on_another_machine_or_corpus():
     from common import machine_id
     from suite_indexing import IndexingRun
-    earlier = {"machine": machine_id(), "corpus": {"file": "corpus-ab-96.parquet", "tokens": 5000}}
+    earlier = {"machine": machine_id(),
+               "corpus": {"file": "corpus-ab-96.parquet", "tokens": 5000, "default_batch_rows": 32}}
     run = IndexingRun.__new__(IndexingRun)  # no corpus written: earlier_rounds reads only these
-    run.ctx, run.corpus = SimpleNamespace(earlier=earlier), Path("corpus-ab-96.parquet")
+    run.ctx, run.corpus, run.default_rows = SimpleNamespace(earlier=earlier), Path("corpus-ab-96.parquet"), 32
     assert run.earlier_rounds(5000) is earlier
     assert run.earlier_rounds(5001) is None  # other tokens: another tokenizer's or draw's corpus
     run.corpus = Path("corpus-ab-200.parquet")
     assert run.earlier_rounds(5000) is None
     run.corpus, run.ctx = Path("corpus-ab-96.parquet"), SimpleNamespace(earlier={**earlier, "machine": "elsewhere"})
+    assert run.earlier_rounds(5000) is None
+    run.ctx = SimpleNamespace(earlier={k: v for k, v in earlier.items() if k != "machine"})  # an older file's
+    assert run.earlier_rounds(5000) is None
+    run.ctx, run.default_rows = SimpleNamespace(earlier=earlier), 16  # another preset's rows at batch 32
     assert run.earlier_rounds(5000) is None
     run.ctx = SimpleNamespace(earlier=None)
     assert run.earlier_rounds(5000) is None
@@ -188,13 +194,13 @@ def test_report_names_suites_short_of_the_presets_rounds_and_every_day_of_a_merg
     from report_tables import run_dates, skipped_notes
     models = {"m": {"indexing": {"rounds": 2}, "http": {"rounds": 3}},
               "n": {"indexing": {"rounds": 1, "rounds_cut": "round 2 of 2 skipped"}}}
-    assert skipped_notes(models, 3) == ["- m / indexing: 2 rounds of the preset's 3",
+    assert skipped_notes(models, 3) == ["- m / indexing: 2 rounds of the run's 3",
                                         "- n / indexing: 1 rounds (round 2 of 2 skipped)"]
     assert skipped_notes({"m": {"indexing": {"rounds": 3}}}, 3) == []
-    one_day = {"environment": {"date": "2026-12-02"}, "runs": [{"environment": {"date": "2026-12-02"}}, {}]}
-    assert run_dates(one_day) == "2026-12-02"
-    one_day["runs"].append({"environment": {"date": "2026-12-03"}})
-    assert run_dates(one_day) == "2026-12-02 to 2026-12-03"
+    merged = {"environment": {"date": "2026-12-02"}, "runs": [{"environment": {"date": "2026-12-02"}}, {}]}
+    assert run_dates(merged) == "2026-12-02"
+    merged["runs"].append({"environment": {"date": "2026-12-03"}})
+    assert run_dates(merged) == "2026-12-02 to 2026-12-03"
 
 
 def test_merge_keeps_each_models_suites_from_both_runs():
