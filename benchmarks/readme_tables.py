@@ -4,20 +4,20 @@ Every cell is the median of the run's rounds [min-max]; every ratio is taken rou
 """
 from __future__ import annotations
 
-from report_tables import (PEERS, calls_note, cell, concurrency_rows, latency_rows, run_dates, skipped_notes, table,
-                           times, where_we_lose)
+from report_tables import (PEERS, RUNS_ORDER, calls_note, cell, concurrency_rows, latency_rows, run_dates,
+                           skipped_notes, table, times, where_we_lose)
 
 
 def summary_tables(results: dict, source: str) -> list[str]:
     env, models, sizes = results["environment"], results["models"], results["sizes"]
     gpu = results["device"].startswith("cuda")
     runs = [f"`{r['command']}`, {r['seconds']:.0f} s" for r in results.get("runs", [])]
-    order = "; in order, a later run replacing the suites of the models it names unless it adds rounds to them"
     lines = [f"{env.get('gpu') or 'CPU'}, {run_dates(results)}: torch {env['torch']}, "
              f"transformers {env['transformers']}, sentence-transformers {env['sentence_transformers']}, "
              f"{env['cpus']} CPU cores; "
              f"{len(runs)} run{'s' if len(runs) != 1 else ''} of `benchmarks/run.py` "
-             f"({'; '.join(runs)}{order if len(runs) > 1 else ''}). Every system ran in its own fresh process"
+             f"({'; '.join(runs)}{'; ' + RUNS_ORDER if len(runs) > 1 else ''}). "
+             f"Every system ran in its own fresh process"
              f"{', the GPU warmed before each timed series' if gpu else ''}, {sizes['rounds']} rounds alternating "
              f"ours and the peers: a cell is the median of the rounds [min-max], a ratio (how many times better ours "
              f"is) is taken round by round. Peers in {'bf16' if gpu else 'float32'}: transformers (AutoModel, SDPA, "

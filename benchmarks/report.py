@@ -13,8 +13,8 @@ import json
 import sys
 from pathlib import Path
 
-from report_tables import (concurrency_rows, indexing_rows, latency_rows, run_dates, skipped_notes, table,
-                           throughput_rows, where_we_lose)
+from report_tables import (RUNS_ORDER, concurrency_rows, indexing_rows, latency_rows, run_dates, skipped_notes,
+                           table, throughput_rows, where_we_lose)
 
 FORMAT = 2  # every system in its own process, rounds and spreads (run.py since issue 24)
 REPO = Path(__file__).resolve().parent.parent
@@ -81,8 +81,7 @@ def header(results: dict) -> list[str]:
             f"matmul, {ceiling['copy_tbps']:.2f} TB/s copy. {clock_range(results)}", "",
             f"Every system in its own fresh process; {sizes['rounds']} rounds, ours and the peers alternating; a "
             "figure is the median of the rounds [min-max], a ratio (how many times better ours is) is taken round "
-            "by round. Runs, in order (a later run's suite replaces an earlier one's for the models it names, unless "
-            "it adds rounds to it: --add-rounds on the same machine and corpus):", "",
+            f"by round. Runs, {RUNS_ORDER}:", "",
             *[f"- `{r['command']}`: {', '.join(r['models'])}, {r['seconds']:.0f} s" for r in results.get("runs", [])],
             ""]
 

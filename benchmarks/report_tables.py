@@ -56,10 +56,11 @@ def skipped_notes(models: dict, rounds: int) -> list[str]:
         notes += [f"- {model} / {suite}: FAILED, `{text.strip().splitlines()[-1]}`"
                   for suite, text in r.get("errors", {}).items()]
         for suite in ("latency", "http", "indexing"):
-            if (r.get(suite) or {}).get("rounds_cut"):
-                notes.append(f"- {model} / {suite}: {r[suite]['rounds']} rounds ({r[suite]['rounds_cut']})")
-            elif (r.get(suite) or {}).get("rounds", rounds) < rounds:
-                notes.append(f"- {model} / {suite}: {r[suite]['rounds']} rounds of the run's {rounds}")
+            entry = r.get(suite) or {}
+            if entry.get("rounds_cut"):
+                notes.append(f"- {model} / {suite}: {entry['rounds']} rounds ({entry['rounds_cut']})")
+            elif entry.get("rounds", rounds) < rounds:
+                notes.append(f"- {model} / {suite}: {entry['rounds']} rounds of the run's {rounds}")
     return notes
 
 
@@ -93,6 +94,11 @@ def concurrency_rows(models: dict, full: bool) -> list[list[str]]:
                                  *((times(row["vs"]["peer"]), times(row["vs"]["peer_requests_per_s"]))
                                    if server == "ours" else ("", ""))])
     return rows
+
+
+# how the runs of one results.json combine (report.merge), said once for results.md and the README block
+RUNS_ORDER = ("in order, a later run replacing the suites of the models it names unless it adds rounds to them "
+              "(--add-rounds, on the same machine and corpus)")
 
 
 def run_dates(results: dict) -> str:

@@ -190,7 +190,7 @@ def test_readme_block_is_what_report_makes_of_the_results_it_names():
     assert source == report.newest_results(), "a newer results folder exists: python benchmarks/report.py --readme"
 
 
-def test_report_names_suites_short_of_the_presets_rounds_and_every_day_of_a_merged_run():
+def test_report_names_suites_short_of_the_runs_rounds_and_every_day_of_a_merged_run():
     from report_tables import run_dates, skipped_notes
     models = {"m": {"indexing": {"rounds": 2}, "http": {"rounds": 3}},
               "n": {"indexing": {"rounds": 1, "rounds_cut": "round 2 of 2 skipped"}}}
