@@ -10,7 +10,8 @@ realistic lengths (workloads.py; at most DISTINCT_TEXTS different texts, repeate
 a shared queue) and, with --ray, Ray Data on every GPU. Every run is checked: `embedpipe verify
 OUTPUT --input CORPUS` passes, the unit files hold the reference's ids in order with cosine >= 0.9999 per row (bf16: batches are cut
 differently), and the index lists the same ids. Reports tokens/s and embeddings/s on the job
-clock, wall time, units per engine, and the speed-up over `--devices 0` against the targets
+clock, wall time, units per engine, each GPU's busy fraction while embedding (nvidia-smi, as
+suite_indexing.Sampler samples it), and the speed-up over `--devices 0` against the targets
 (2 GPUs >= 1.9x, 4 GPUs >= 3.7x). Writes results.json, results.md and scaling.png; exits 1 when a
 check fails.
 """
@@ -31,6 +32,7 @@ import pyarrow.parquet as pq
 import torch
 
 from common import environment, model_folder, write_results
+from suite_indexing import Sampler
 from workloads import corpus_lengths, texts_of_lengths, write_corpus
 
 MIN_COSINE = 0.9999
@@ -48,21 +50,26 @@ def unit_rows(rows: int) -> int:
     return -(-rows // UNITS)
 
 
-def run_index(corpus: Path, model: Path, output: Path, engines: list[str]) -> dict:
-    """The run's numbers and `verify` outcome; {"options", "error"} when `embedpipe index` failed."""
+def run_index(corpus: Path, model: Path, output: Path, engines: list[str], gpus: int) -> dict:
+    """The run's numbers, the busy fraction of GPUs 0 .. gpus - 1 while it ran (none: 0) and `verify`'s outcome;
+    {"options", "error"} when `embedpipe index` failed."""
     start = time.perf_counter()
-    done = subprocess.run(index_command("index", corpus, "--output", output, "--model", model, "--rows-per-unit",
-                                        unit_rows(pq.read_metadata(corpus).num_rows), "--quiet", *engines),
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        return {"options": " ".join(engines), "error": f"exit {done.returncode}: {done.stderr[-2000:]}"}
+    process = subprocess.Popen(index_command("index", corpus, "--output", output, "--model", model, "--rows-per-unit",
+                                             unit_rows(pq.read_metadata(corpus).num_rows), "--quiet", *engines),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sampler = Sampler(process.pid, gpus)
+    _, stderr = process.communicate()
     wall_s = time.perf_counter() - start
+    samples = sampler.stop()
+    if process.returncode != 0:
+        return {"options": " ".join(engines), "error": f"exit {process.returncode}: {stderr[-2000:]}"}
     metrics = json.loads((output / "metrics.json").read_text())
     verified = subprocess.run(index_command("verify", output, "--input", corpus), capture_output=True, text=True)
     return {"options": " ".join(engines), "wall_s": wall_s, "num_engines": len(metrics["engines"]),
             "units_per_engine": [engine["units"] for engine in metrics["engines"]],
             "verify_passed": verified.returncode == 0, "verify_output": verified.stdout[-2000:],
-            **{key: metrics[key] for key in ("rows", "tokens", "seconds", "tokens_per_s", "embeddings_per_s")}}
+            **{key: metrics[key] for key in ("rows", "tokens", "seconds", "tokens_per_s", "embeddings_per_s")},
+            **{key: value for key, value in samples.items() if key.startswith("gpu_busy")}}
 
 
 def compare(output: Path, reference: Path) -> dict:
@@ -80,18 +87,20 @@ def compare(output: Path, reference: Path) -> dict:
     return {"same_unit_files": same_files, "same_ids": same_ids, "same_index_ids": same_index, "min_cosine": lowest}
 
 
-def engine_runs(gpus: list[int], ray: str | None, cpu: bool) -> dict[str, list[str]]:
-    """Run name -> engine options: one run per engine count (the first, one engine, is the reference), and Ray."""
+def engine_runs(gpus: list[int], ray: str | None, cpu: bool) -> dict[str, tuple[list[str], int]]:
+    """Run name -> (engine options, the GPUs it uses: sampled while it runs): one run per engine count (the first,
+    one engine, is the reference), and Ray."""
     available = os.cpu_count() if cpu else torch.cuda.device_count()
     runs = {}
     for count in (n for n in gpus if n <= available):
-        runs[f"--devices x{count}"] = ["--devices", f"cpu:{count}" if cpu else ",".join(map(str, range(count)))]
-    if ray is not None:
-        runs["--ray"] = ["--ray", ray, "--devices", "cpu:1" if cpu else "all"]  # Ray keeps a CPU for itself
+        runs[f"--devices x{count}"] = (["--devices", f"cpu:{count}" if cpu else ",".join(map(str, range(count)))],
+                                       0 if cpu else count)
+    if ray is not None:  # Ray keeps a CPU for itself
+        runs["--ray"] = (["--ray", ray, "--devices", "cpu:1" if cpu else "all"], 0 if cpu else available)
     return runs
 
 
-def bench_model(name: str, rows: int, runs: dict[str, list[str]], tmp: Path) -> dict:
+def bench_model(name: str, rows: int, runs: dict[str, tuple[list[str], int]], tmp: Path) -> dict:
     model = model_folder(name, tmp / "models")
     distinct = texts_of_lengths(model, corpus_lengths(min(rows, DISTINCT_TEXTS)))
     # row groups no larger than a unit: a unit is whole row groups, so 4,000 rows in one group were one unit
@@ -99,8 +108,8 @@ def bench_model(name: str, rows: int, runs: dict[str, list[str]], tmp: Path) -> 
                           row_group_size=min(4096, unit_rows(rows)))
     outputs = {run: tmp / f"{name}-{i}" for i, run in enumerate(runs)}
     results = {}
-    for run, engines in runs.items():
-        results[run] = r = run_index(corpus, model, outputs[run], engines)
+    for run, (engines, gpus) in runs.items():
+        results[run] = r = run_index(corpus, model, outputs[run], engines, gpus)
         if "error" in r:
             r["ok"] = False
             print(f"{name} {run}: FAILED {r['error']}", flush=True)
@@ -122,20 +131,27 @@ def bench_model(name: str, rows: int, runs: dict[str, list[str]], tmp: Path) -> 
 
 
 def table(models: dict) -> str:
-    lines = ["| model | run | engines | units per engine | tokens/s | embeddings/s | wall s | speed-up | target | "
-             "min cosine | verify | ok |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| model | run | engines | units per engine | tokens/s | embeddings/s | wall s | GPU busy | speed-up | "
+             "target | min cosine | verify | ok |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, m in models.items():
         for run, r in m["runs"].items():
             if "error" in r:
-                lines.append(f"| {name} | {run} | failed: {r['error'].splitlines()[-1][:200]} |" + " |" * 9)
+                lines.append(f"| {name} | {run} | failed: {r['error'].splitlines()[-1][:200]} |" + " |" * 10)
                 continue
             speedup = f"{r['speedup']:.2f}x" if "speedup" in r else "-"
             target = f">= {r['target']}x" if r.get("target") else "-"
             cosine = f"{r['min_cosine']:.6f}" if "min_cosine" in r else "-"
             lines.append(f"| {name} | {run} | {r['num_engines']} | {r['units_per_engine']} | {r['tokens_per_s']:,.0f} | "
-                         f"{r['embeddings_per_s']:,.0f} | {r['wall_s']:.1f} | {speedup} | {target} | {cosine} | "
-                         f"{'passed' if r['verify_passed'] else 'FAILED'} | {r['ok']} |")
+                         f"{r['embeddings_per_s']:,.0f} | {r['wall_s']:.1f} | {busy_cell(r)} | {speedup} | {target} | "
+                         f"{cosine} | {'passed' if r['verify_passed'] else 'FAILED'} | {r['ok']} |")
     return "\n".join(lines) + "\n"
+
+
+def busy_cell(run: dict) -> str:
+    """Each GPU's busy fraction while embedding (suite_indexing.busy_figures), or '-' (CPU engines)."""
+    per_device = run.get("gpu_busy_per_device", [run["gpu_busy_while_embedding"]] if "gpu_busy_while_embedding" in run
+                         else [])
+    return " / ".join(f"{busy:.0%}" for busy in per_device) or "-"
 
 
 def plot(models: dict, folder: Path) -> None:

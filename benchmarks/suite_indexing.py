@@ -43,13 +43,14 @@ SUMMARIES = {SYSTEMS[0]: SYSTEMS[0], SYSTEMS[1]: "sentence-transformers (batch 2
 
 
 class Sampler:
-    """Samples a process tree's RSS and, on CUDA, the GPU's utilisation, in a thread."""
+    """Samples a process tree's RSS and the utilisation of GPUs 0 .. gpus - 1 (none: 0), in threads."""
 
-    def __init__(self, pid: int, gpu: bool):
-        self.process, self.rss, self.busy = psutil.Process(pid), [], []
-        self.nvidia = subprocess.Popen(["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits",
-                                        f"-lms={int(SAMPLE_S * 1000)}", "-i", "0"], stdout=subprocess.PIPE, text=True,
-                                       stderr=subprocess.DEVNULL) if gpu else None
+    def __init__(self, pid: int, gpus: int):
+        self.process, self.rss, self.busy = psutil.Process(pid), [], [[] for _ in range(gpus)]
+        query = ["nvidia-smi", "--query-gpu=index,utilization.gpu", "--format=csv,noheader,nounits",
+                 f"-lms={int(SAMPLE_S * 1000)}", "-i", ",".join(map(str, range(gpus)))]
+        self.nvidia = subprocess.Popen(query, stdout=subprocess.PIPE, text=True,
+                                       stderr=subprocess.DEVNULL) if gpus else None
         self.threads = [threading.Thread(target=self._rss, daemon=True)]
         if self.nvidia is not None:
             self.threads.append(threading.Thread(target=self._gpu, daemon=True))
@@ -63,28 +64,50 @@ class Sampler:
 
     def _gpu(self) -> None:
         for line in self.nvidia.stdout:
-            if line.strip().isdigit():
-                self.busy.append(int(line) / 100)
+            sample = utilisation_sample(line, len(self.busy))
+            if sample is not None:
+                self.busy[sample[0]].append(sample[1])
 
     def stop(self) -> dict:
         if self.nvidia is not None:
             self.nvidia.terminate()
         for thread in self.threads:
             thread.join(5)
-        result = {"peak_rss_mib": max(self.rss, default=0) / 2**20}
-        if self.busy:
-            active = np.nonzero(self.busy)[0]  # from the first to the last busy sample: the job's embedding
-            window = self.busy[active[0]:active[-1] + 1] if len(active) else []
-            result["gpu_busy_while_embedding"] = float(np.mean(window)) if window else 0.0
-            result["gpu_busy_whole_process"] = float(np.mean(self.busy))
-        return result
+        return {"peak_rss_mib": max(self.rss, default=0) / 2**20, **busy_figures(self.busy)}
+
+
+def utilisation_sample(line: str, gpus: int) -> tuple[int, float] | None:
+    """(GPU index, busy fraction) of one line of `nvidia-smi --query-gpu=index,utilization.gpu`, None for another
+    line (a header, [N/A]) or a GPU past the first `gpus`."""
+    index, _, percent = (part.strip() for part in line.partition(","))
+    if not (index.isdigit() and percent.isdigit() and int(index) < gpus):
+        return None
+    return int(index), int(percent) / 100
+
+
+def busy_figures(busy: list[list[float]]) -> dict:
+    """Per GPU, its busy fractions over a run -> the mean while embedding (a GPU's first to last busy sample) and
+    over the whole process, averaged over the GPUs, and with several GPUs each GPU's own while embedding."""
+    if not any(busy):
+        return {}
+    while_embedding, whole = [], []
+    for samples in busy:
+        active = np.nonzero(samples)[0]
+        window = samples[active[0]:active[-1] + 1] if len(active) else []
+        while_embedding.append(float(np.mean(window)) if window else 0.0)
+        whole.append(float(np.mean(samples)) if samples else 0.0)
+    figures = {"gpu_busy_while_embedding": float(np.mean(while_embedding)),
+               "gpu_busy_whole_process": float(np.mean(whole))}
+    if len(busy) > 1:
+        figures["gpu_busy_per_device"] = while_embedding
+    return figures
 
 
 def run_sampled(command: list[str], device: str, timeout: float | None = None) -> dict:
     """Runs `command` in a fresh process, sampled; its wall seconds, pid and samples. Killed past `timeout`."""
     start = time.perf_counter()
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
-    sampler = Sampler(process.pid, device.startswith("cuda"))
+    sampler = Sampler(process.pid, 1 if device.startswith("cuda") else 0)
     try:
         _, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
