@@ -1,6 +1,6 @@
-"""Suite 4 (closed-loop clients, one 512-token text each) against `embedpipe serve` under several
-settings, to choose the defaults: HTTP processes (--http-workers) x engine batches in flight
-(--max-in-flight). Our server only; run.py measures the peer.
+"""Suite 4 (closed-loop clients, one 512-token text each, or --tokens 8 for suite 4's short queries) against
+`embedpipe serve` under several settings, to choose the defaults: HTTP processes (--http-workers) x engine batches
+in flight (--max-in-flight). Our server only; run.py measures the peer.
 
     python benchmarks/serve_settings.py --model bert-base --http-workers 4,8 --max-in-flight 1,2 [--repeats 3] --out DIR
 """
@@ -31,12 +31,14 @@ def main() -> None:
     parser.add_argument("--max-in-flight", default="1,2")
     parser.add_argument("--clients", default="1,16")
     parser.add_argument("--repeats", type=int, default=1, help="measurements per setting and client count")
+    parser.add_argument("--tokens", type=int, default=None, help="tokens per text (default: suite 4's passages)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "embedpipe-bench-models")
     args = parser.parse_args()
     sizes = Sizes(concurrency_seconds=1.5, warmup_seconds=0.5)  # the windows these settings were measured with
     folder = model_folder(args.model, args.cache)
-    payloads = [body(t) for t in texts_of(folder, 64, sizes.concurrency_tokens)]
+    tokens = args.tokens or sizes.concurrency_tokens
+    payloads = [body(t) for t in texts_of(folder, 64, tokens)]
     args.out.mkdir(parents=True, exist_ok=True)
     rows = []
     for workers, in_flight in itertools.product(args.http_workers.split(","), args.max_in_flight.split(",")):
@@ -54,7 +56,7 @@ def main() -> None:
         finally:
             server.stop()
     (args.out / "serve_settings.json").write_text(json.dumps({"model": args.model, "date": time.strftime("%Y-%m-%d"),
-                                                               "rows": rows}, indent=1))
+                                                               "tokens": tokens, "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":
