@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import statistics
+import subprocess
 import time
 from pathlib import Path
 
@@ -44,6 +46,23 @@ def tree_rss(process) -> tuple[int, int] | None:
         return process.memory_info().rss, sum(child.memory_info().rss for child in process.children(recursive=True))
     except psutil.NoSuchProcess:
         return None
+
+
+def run_process(command: list[str], timeout: float | None,
+                samplers=lambda pid: ()) -> tuple[int | None, str, str, list]:
+    """(return code or None on timeout, stdout, stderr, samplers(pid)'s samplers) of `command`; with a timeout it
+    runs in its own session, and past it its whole process group (it and its workers) is killed. Without one it
+    stays in this session, so a Ctrl-C here stops it too."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=timeout is not None)
+    started = list(samplers(process.pid))
+    try:
+        out, err = process.communicate(timeout=None if timeout is None else max(1.0, timeout))
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        out, err = process.communicate()
+        return None, out, err, started
+    return process.returncode, out, err, started
 
 
 def percentiles(samples_ms: list[float]) -> dict[str, float]:

@@ -37,7 +37,6 @@ import multiprocessing
 import os
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -51,7 +50,7 @@ import pyarrow.parquet as pq
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import MODELS, environment, model_folder, write_results  # noqa: E402
+from common import MODELS, environment, model_folder, run_process, write_results  # noqa: E402
 from host_pipeline import random_corpus  # noqa: E402
 from suite_indexing import SAMPLE_S, Sampler, stream  # noqa: E402
 
@@ -99,21 +98,6 @@ class CpuSampler(threading.Thread):
                     continue
                 self.children_s[child.pid] = times.user + times.system
             time.sleep(SAMPLE_S)
-
-
-def run_process(command: list[str], timeout: float, samplers=lambda pid: ()) -> tuple[int | None, str, str, list]:
-    """(return code or None on timeout, stdout, stderr, samplers) of `command` in its own session;
-    on timeout its whole process group (it and its workers) is killed."""
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)
-    started = list(samplers(process.pid))
-    try:
-        out, err = process.communicate(timeout=max(1.0, timeout))
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        out, err = process.communicate()
-        return None, out, err, started
-    return process.returncode, out, err, started
 
 
 def run_index(corpus: Path, folder: Path, output: Path, args, timeout: float, command_name: str = "index",

@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import torch
 
-from common import environment, model_folder, write_results
+from common import environment, model_folder, run_process, write_results
 from suite_indexing import Sampler
 from workloads import corpus_lengths, texts_of_lengths, write_corpus
 
@@ -54,15 +54,14 @@ def run_index(corpus: Path, model: Path, output: Path, engines: list[str], gpus:
     """The run's numbers, the busy fraction of GPUs 0 .. gpus - 1 while it ran (none: 0) and `verify`'s outcome;
     {"options", "error"} when `embedpipe index` failed."""
     start = time.perf_counter()
-    process = subprocess.Popen(index_command("index", corpus, "--output", output, "--model", model, "--rows-per-unit",
-                                             unit_rows(pq.read_metadata(corpus).num_rows), "--quiet", *engines),
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    sampler = Sampler(process.pid, gpus)
-    _, stderr = process.communicate()
+    code, _, stderr, (sampler,) = run_process(
+        index_command("index", corpus, "--output", output, "--model", model, "--rows-per-unit",
+                      unit_rows(pq.read_metadata(corpus).num_rows), "--quiet", *engines),
+        None, lambda pid: (Sampler(pid, gpus),))
     wall_s = time.perf_counter() - start
     samples = sampler.stop()
-    if process.returncode != 0:
-        return {"options": " ".join(engines), "error": f"exit {process.returncode}: {stderr[-2000:]}"}
+    if code != 0:
+        return {"options": " ".join(engines), "error": f"exit {code}: {stderr[-2000:]}"}
     metrics = json.loads((output / "metrics.json").read_text())
     verified = subprocess.run(index_command("verify", output, "--input", corpus), capture_output=True, text=True)
     return {"options": " ".join(engines), "wall_s": wall_s, "num_engines": len(metrics["engines"]),
