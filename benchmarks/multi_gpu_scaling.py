@@ -42,6 +42,7 @@ from suite_indexing import Sampler
 from workloads import corpus_lengths, texts_of_lengths, write_corpus
 
 MIN_COSINE = 0.9999
+SAME = ("same_unit_files", "same_ids", "same_index_ids")  # compare()'s checks against the reference
 TARGETS = {2: 1.9, 4: 3.7}  # speed-up over one GPU, job clock
 WALL_TARGETS = {2: 1.8, 4: 3.4}
 RAY_TARGET = 0.9  # Ray's tokens/s within 10% of --devices on as many GPUs
@@ -152,7 +153,7 @@ def bench_model(name: str, rows: int, runs: dict[str, tuple[list[str], int]], ro
 
 def checked(result: dict) -> bool:
     """verify passed, and (a run other than the reference) the same files, ids and index, rows within MIN_COSINE."""
-    same = all(result.get(key, True) for key in ("same_unit_files", "same_ids", "same_index_ids"))
+    same = all(result.get(key, True) for key in SAME)
     return result["verify_passed"] and same and result.get("min_cosine", 1.0) >= MIN_COSINE
 
 
@@ -176,7 +177,7 @@ def summary(results: list[dict]) -> dict:
     compared = [r for r in results if "min_cosine" in r]  # all but the reference (round 1's first run)
     if compared:
         out.update(min_cosine=min(r["min_cosine"] for r in compared),
-                   **{key: all(r[key] for r in compared) for key in ("same_unit_files", "same_ids", "same_index_ids")})
+                   **{key: all(r[key] for r in compared) for key in SAME})
     return out
 
 
@@ -184,8 +185,8 @@ def add_speedups(summaries: dict, per_run: dict[str, list[dict]], runs: dict[str
     """Round by round: each --devices run's speed-up over that round's one GPU (tokens/s and wall), and Ray's
     tokens/s over that round's --devices run on as many GPUs (CPU engines: the one-engine run Ray's cpu:1 matches)."""
     def ratios(run: str, base: str) -> dict | None:
-        if "error" in summaries.get(run, {"error": 1}) or "error" in summaries.get(base, {"error": 1}):
-            return None
+        if base not in summaries or "error" in summaries[base] or "error" in summaries[run]:
+            return None  # a base this machine did not run (too few GPUs), or a failed run
         return {"tokens_per_s": ratio(per_run[run], per_run[base], "tokens_per_s", True),
                 "wall_s": ratio(per_run[run], per_run[base], "wall_s", False)}
 

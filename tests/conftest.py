@@ -3,11 +3,12 @@ import os
 import sys
 from pathlib import Path
 
+from support.paths import DATA, REPO  # tests/ is on sys.path (pyproject's pythonpath) before this file loads
+
 # The repository's root holds kernels/, the source of embedpipe.kernels. On sys.path (`python -m pytest` puts the
 # working directory there) it shadows the `kernels` distribution that transformers imports (5.25 on), and every
 # test that loads transformers fails. The tests import embedpipe from its installed package and their helpers from
 # tests/ (pyproject's pythonpath), so the root comes off, before anything imports transformers.
-REPO = Path(__file__).resolve().parent.parent
 sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != REPO]
 
 import pytest  # noqa: E402
@@ -15,8 +16,6 @@ import torch  # noqa: E402
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # the fused Triton ops run on the CPU interpreter
-
-DATA = Path(__file__).parent / "data"
 
 
 def pytest_collection_modifyitems(config, items):
