@@ -33,7 +33,7 @@ class BatcherConfig:
 
 @dataclass(frozen=True)
 class BatchStats:
-    """Counts over one or more batches; add two with `+`."""
+    """Counts over one or more batches; add two with `+`, take an earlier count from a later one with `-`."""
 
     batches: int = 0
     sequences: int = 0
@@ -47,6 +47,10 @@ class BatchStats:
     def __add__(self, other: BatchStats) -> BatchStats:
         return BatchStats(self.batches + other.batches, self.sequences + other.sequences,
                           self.real_tokens + other.real_tokens, self.padded_tokens + other.padded_tokens)
+
+    def __sub__(self, other: BatchStats) -> BatchStats:
+        return BatchStats(self.batches - other.batches, self.sequences - other.sequences,
+                          self.real_tokens - other.real_tokens, self.padded_tokens - other.padded_tokens)
 
     @property
     def padding_waste(self) -> float:

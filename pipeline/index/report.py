@@ -43,6 +43,20 @@ class EngineReport:
                             self.chunk_wait_s + other.chunk_wait_s, max(self.first_chunk_s, other.first_chunk_s),
                             self.attention or other.attention, self.input_rows + other.input_rows)
 
+    def since(self, earlier: EngineReport) -> EngineReport:
+        """What this engine did after `earlier`, an earlier report of its running totals: `earlier +
+        report.since(earlier)` is this report again (a running engine reports unit by unit this way)."""
+        graphs = {key: count - earlier.graphs.get(key, 0) for key, count in self.graphs.items()}
+        return EngineReport(self.device, self.units - earlier.units, self.rows - earlier.rows,
+                            self.tokens - earlier.tokens, self.rejected - earlier.rejected,
+                            self.truncated - earlier.truncated, self.batches - earlier.batches, graphs,
+                            self.bad_files[len(earlier.bad_files):],
+                            self.out_of_memory_splits - earlier.out_of_memory_splits,
+                            self.main_thread_cpu_s - earlier.main_thread_cpu_s,
+                            self.writer_thread_cpu_s - earlier.writer_thread_cpu_s,
+                            self.chunk_wait_s - earlier.chunk_wait_s, self.first_chunk_s, self.attention,
+                            self.input_rows - earlier.input_rows)
+
 
 def run_metrics(reports: list[EngineReport], seconds: float) -> dict:
     """The run's counters (metrics.json), over all engines; `engines` lists each engine's share."""

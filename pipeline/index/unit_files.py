@@ -6,6 +6,8 @@ Subclasses say what a unit's file holds: the index job's runner (runner.py) embe
 the tokenize job (tokenize_job.py) writes their token ids. Writes and commits run in a background
 thread (WriterThread), in order; a unit counts as done once its file is renamed into place and its
 manifest record written. A failure aborts every open unit's files; done units stay done.
+A source that is fed as it goes (unit_stream.py) yields IDLE when it has no chunk for now: the rows
+held are finished then, so the units they complete are committed while the source waits.
 """
 from __future__ import annotations
 
@@ -26,6 +28,16 @@ from embedpipe.pipeline.util.progress import Progress
 from embedpipe.pipeline.index.reader import Chunk, is_unreadable_file
 from embedpipe.pipeline.output.sinks import AtomicParquetWriter, RejectedWriter
 from embedpipe.pipeline.inputs.sources import InputError, WorkUnit
+
+
+class Idle:
+    """What a chunk source yields when it has no chunk for now (see the module docstring)."""
+
+    def __repr__(self) -> str:
+        return "IDLE"
+
+
+IDLE = Idle()
 
 
 @dataclass
@@ -75,13 +87,16 @@ class UnitFilesRunner:
         self.skipped: set[str] = set()  # units given up on (a bad file): their later chunks are dropped
         self.counts = RunCounts()
 
-    def run(self, chunks: Iterable[Chunk]) -> RunCounts:
+    def run(self, chunks: Iterable[Chunk | Idle]) -> RunCounts:
         """Writes the units of `chunks` (read_and_tokenize's, or the same made elsewhere)."""
         self.writer = WriterThread()
         started = time.thread_time()
         try:
             for chunk in self._timed(chunks):
-                self._accept(chunk)
+                if chunk is IDLE:
+                    self._finish()
+                else:
+                    self._accept(chunk)
             self._finish()
             self.writer.close()
             self.counts.main_thread_cpu_s += time.thread_time() - started
@@ -94,7 +109,7 @@ class UnitFilesRunner:
             raise
         return self.counts
 
-    def _timed(self, chunks: Iterable[Chunk]) -> Iterator[Chunk]:
+    def _timed(self, chunks: Iterable[Chunk | Idle]) -> Iterator[Chunk | Idle]:
         """`chunks`, adding the time spent getting each to counts.chunk_wait_s."""
         chunks, counts = iter(chunks), self.counts
         try:
@@ -102,7 +117,8 @@ class UnitFilesRunner:
                 asked = time.perf_counter()
                 chunk = next(chunks, None)
                 waited = time.perf_counter() - asked
-                counts.first_chunk_s = counts.first_chunk_s or waited
+                if chunk is not IDLE:
+                    counts.first_chunk_s = counts.first_chunk_s or waited
                 counts.chunk_wait_s += waited
                 if chunk is None:
                     return
@@ -120,7 +136,7 @@ class UnitFilesRunner:
         raise NotImplementedError
 
     def _finish(self) -> None:
-        """After the last chunk: write every row still waiting."""
+        """After the last chunk (or at IDLE): write every row still waiting."""
 
     def _dropped(self, slot: UnitSlot) -> None:
         """A unit given up on (a bad file): forget what was kept of it."""

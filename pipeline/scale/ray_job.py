@@ -3,7 +3,8 @@
     pending units   ray.data.from_items, one block per unit
       -> map          read and tokenize a unit: one CPU task each (ray_stages.tokenize_unit)
       -> map_batches  embed and write it: an actor pool of engines, one GPU each (or cpu:N actors),
-                      one unit per call; the unit file and its manifest record as a local run writes them
+                      one unit per call, two calls in flight per actor feeding one running batcher
+                      (ray_stages.EngineActor); the unit file and its manifest record as a local run writes them
       -> iter_rows    one report per unit back to the driver: progress, metrics, errors
 
 The driver prepares and finishes the job as every other path does (index/job.py), so the output layout,
@@ -96,8 +97,7 @@ class RayEngines:
                               num_cpus=1, runtime_env=TOKENIZE_ENV)
         written = tokenized.map_batches(
             EngineActor, fn_constructor_kwargs={"job": self.job, "device": self.device}, batch_size=1,
-            compute=ray.data.ActorPoolStrategy(size=self.num_engines), num_cpus=1,
-            num_gpus=1 if self.device == "cuda" else 0)
+            num_cpus=1, num_gpus=1 if self.device == "cuda" else 0, **engine_actors(self.num_engines))
         progress.log(f"{self.num_engines} engines on Ray ({self.device})")
         return self._collect(written, progress)
 
@@ -107,6 +107,20 @@ class RayEngines:
         for report in unit_reports(written, "report", progress):
             reports[report.device] = reports[report.device] + report if report.device in reports else report
         return list(reports.values())
+
+
+def engine_actors(size: int) -> dict:
+    """map_batches' settings for `size` engine actors, each running two calls at once: the next unit waits
+    in the actor's stream while one is written. Newer Ray (2.60) names that setting in ActorPoolStrategy
+    (max_concurrent_calls_per_actor); older Ray takes it as the actor's max_concurrency, a remote argument."""
+    import inspect
+
+    import ray.data
+
+    calls = 2
+    if "max_concurrent_calls_per_actor" in inspect.signature(ray.data.ActorPoolStrategy).parameters:
+        return {"compute": ray.data.ActorPoolStrategy(size=size, max_concurrent_calls_per_actor=calls)}
+    return {"compute": ray.data.ActorPoolStrategy(size=size), "max_concurrency": calls}
 
 
 def unit_reports(written, column: str, progress: Progress) -> Iterator:

@@ -1,13 +1,17 @@
 """The two stages of the Ray pipeline (ray_job.py), run on the cluster's workers.
 
 tokenize_unit runs as a Ray task per unit (CPU only; importing this module does not import torch);
-EngineActor holds one engine and embeds and writes one unit per call with the same UnitRunner, unit
-writer and manifest record as every other path. A unit travels between them as one row: its chunks
-(the same reader.ReadAndTokenize tasks a local job's tokenizer workers run), pickled: token ids,
-ids and kept columns of any Arrow type, rejected rows, read errors.
+EngineActor holds one engine and one UnitStream (index/unit_stream.py): every unit it is handed joins
+the same running batcher, so batches span units and the engine runs the next unit's batches while the
+last one is written, as in a local run (same UnitRunner, unit writer and manifest record). A call
+returns once its unit is committed; Ray keeps two calls in flight per actor, so the next unit is queued
+by then. A unit travels between the stages as one row: its chunks (the same reader.ReadAndTokenize
+tasks a local job's tokenizer workers run), pickled: token ids, ids and kept columns of any Arrow type,
+rejected rows, read errors.
 """
 from __future__ import annotations
 
+import asyncio
 import os
 import pickle
 from dataclasses import replace
@@ -45,10 +49,11 @@ def tokenize_and_write(row: dict, job: JobConfig, tokenizer: TextTokenizer) -> d
 
 
 class EngineActor:
-    """One engine (a GPU Ray assigned, or the CPU); embeds and writes one unit per call.
+    """One engine (a GPU Ray assigned, or the CPU) and its UnitStream; each call embeds and writes one unit.
 
-    Returns per unit {engine, report, error}: the pickled EngineReport of the unit, or the pickled
-    input error that stops the job (the driver raises it, so the exit code is a local run's).
+    Yields per unit {engine, report, error}: the pickled EngineReport of the unit, or the pickled input
+    error that stops the job (the driver raises it, so the exit code is a local run's). An async
+    generator: Ray runs the calls in flight on one event loop, so two can wait on the stream at once.
     """
 
     def __init__(self, job: JobConfig, device: str):
@@ -56,26 +61,21 @@ class EngineActor:
         import torch
 
         from embedpipe.pipeline.index.job import load_engine
+        from embedpipe.pipeline.index.unit_stream import UnitStream
 
         if device == "cpu":
             torch.set_num_threads(1)  # the one CPU this actor reserved
-        self.job, self.engine = job, load_engine(replace(job.engine, device=device))
+        engine = load_engine(replace(job.engine, device=device))
         node = ray.util.get_node_ip_address()
         gpus = ray.get_gpu_ids()
         self.label = f"cuda:{gpus[0]} on {node}" if device == "cuda" else f"cpu on {node} (pid {os.getpid()})"
+        self.stream = UnitStream(job, engine, self.label)
 
-    def __call__(self, batch: dict) -> dict:
-        from embedpipe.pipeline.util.progress import Progress
-        from embedpipe.pipeline.index.runner import UnitRunner
-
-        (chunks,) = batch["chunks"]  # batch_size=1: one unit per call
-        graphs_before = self.engine.counters.as_dict()
-        runner = UnitRunner(self.job, self.engine, Progress(None, quiet=True))
+    async def __call__(self, batch: dict):
+        (unit_id,), (chunks,) = batch["unit_id"], batch["chunks"]  # batch_size=1: one unit per call
         try:
-            runner.run(pickle.loads(chunks))
+            report = await asyncio.wrap_future(self.stream.submit(str(unit_id), pickle.loads(chunks)))
         except InputError as error:
-            return {"engine": [self.label], "report": [b""], "error": [pickle.dumps(error)]}
-        report = runner.report()
-        report.device = self.label
-        report.graphs = {key: count - graphs_before[key] for key, count in report.graphs.items()}
-        return {"engine": [self.label], "report": [pickle.dumps(report)], "error": [b""]}
+            yield {"engine": [self.label], "report": [b""], "error": [pickle.dumps(error)]}
+            return
+        yield {"engine": [self.label], "report": [pickle.dumps(report)], "error": [b""]}
