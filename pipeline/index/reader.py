@@ -109,10 +109,14 @@ def pieces_of(unit: WorkUnit, read_rows: int, num_workers: int = 1) -> list[Piec
 
 def unit_tasks(job: JobConfig, units: Iterable[WorkUnit], num_workers: int = 1) -> Iterator[ReadAndTokenize]:
     """One read-and-tokenize task per piece of each unit, in order; `units` is read lazily."""
-    fail_on_bad_row = job.on_bad_row == "fail"
     for unit in units:
         for piece in pieces_of(unit, job.read_rows, num_workers):
-            yield ReadAndTokenize(piece, job.columns, job.read_rows, fail_on_bad_row, job.chunking)
+            yield piece_task(job, piece)
+
+
+def piece_task(job: JobConfig, piece: Piece) -> ReadAndTokenize:
+    """The read-and-tokenize task of one piece of a unit."""
+    return ReadAndTokenize(piece, job.columns, job.read_rows, job.on_bad_row == "fail", job.chunking)
 
 
 def read_and_tokenize(job: JobConfig, pool: TokenizerPool, units: Iterable[WorkUnit]) -> Iterator[Chunk]:

@@ -1,10 +1,11 @@
-"""`index --ray`: the engines run on a Ray cluster, as one Ray Data pipeline.
+"""`index --ray`: the engines run on a Ray cluster, fed by a Ray Data pipeline of the pending units.
 
     pending units   ray.data.from_items, one block per unit
-      -> map          read and tokenize a unit: one CPU task each (ray_stages.tokenize_unit)
       -> map_batches  embed and write it: an actor pool of engines, one GPU each (or cpu:N actors),
-                      one unit per call, two calls in flight per actor feeding one running batcher
-                      (ray_stages.EngineActor); the unit file and its manifest record as a local run writes them
+                      one unit per call, two calls in flight per actor feeding one running batcher;
+                      each engine has its own tokenizer actors, sharing the CPUs the engines leave, that
+                      read and tokenize the unit's pieces as a local job's workers do (ray_stages.py);
+                      the unit file and its manifest record as a local run writes them
       -> iter_rows    one report per unit back to the driver: progress, metrics, errors
 
 The driver prepares and finishes the job as every other path does (index/job.py), so the output layout,
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Iterator
 
 from embedpipe.pipeline.config import ConfigError, DeviceSpec, JobConfig
 from embedpipe.pipeline.util.progress import Progress
-from embedpipe.pipeline.scale.ray_stages import EngineActor, tokenize_and_write, tokenize_unit
+from embedpipe.pipeline.scale.ray_stages import TOKENIZE_ENV, EngineActor, tokenize_and_write
 from embedpipe.pipeline.index.report import EngineReport
 from embedpipe.pipeline.inputs.sources import WorkUnit
 from embedpipe.pipeline.text.tokenizer import TextTokenizer
@@ -29,10 +30,6 @@ from embedpipe.pipeline.index.unit_files import RunCounts
 
 if TYPE_CHECKING:
     from embedpipe.pipeline.index.plan import PreparedJob
-
-# tokenize tasks use one core each: Ray's tasks are the parallelism, not the tokenizer's threads
-TOKENIZE_ENV = {"env_vars": {"TOKENIZERS_PARALLELISM": "false"}}
-
 
 @contextmanager
 def ray_engines(job: JobConfig) -> Iterator[RayEngines]:
@@ -91,13 +88,14 @@ class RayEngines:
 
         if self.job.quiet:
             ray.data.DataContext.get_current().enable_progress_bars = False
-        units = ray.data.from_items([asdict(unit) for unit in prepared.pending],
+        # the CPUs the engine actors (one each) leave, shared out among their tokenizer actors
+        tokenizer_cpus = max(0.0, ray.cluster_resources().get("CPU", 0) - self.num_engines) / self.num_engines
+        units = ray.data.from_items([{"unit": pickle.dumps(unit)} for unit in prepared.pending],
                                     override_num_blocks=len(prepared.pending))
-        tokenized = units.map(tokenize_unit, fn_kwargs={"job": self.job, "tokenizer": prepared.tokenizer},
-                              num_cpus=1, runtime_env=TOKENIZE_ENV)
-        written = tokenized.map_batches(
-            EngineActor, fn_constructor_kwargs={"job": self.job, "device": self.device}, batch_size=1,
-            num_cpus=1, num_gpus=1 if self.device == "cuda" else 0, **engine_actors(self.num_engines))
+        written = units.map_batches(
+            EngineActor, fn_constructor_kwargs={"job": self.job, "device": self.device,
+                                                "tokenizer": prepared.tokenizer, "tokenizer_cpus": tokenizer_cpus},
+            batch_size=1, num_cpus=1, num_gpus=1 if self.device == "cuda" else 0, **engine_actors(self.num_engines))
         progress.log(f"{self.num_engines} engines on Ray ({self.device})")
         return self._collect(written, progress)
 

@@ -1,35 +1,49 @@
-"""The two stages of the Ray pipeline (ray_job.py), run on the cluster's workers.
+"""The actors of the Ray pipeline (ray_job.py), run on the cluster's workers.
 
-tokenize_unit runs as a Ray task per unit (CPU only; importing this module does not import torch);
-EngineActor holds one engine and one UnitStream (index/unit_stream.py): every unit it is handed joins
-the same running batcher, so batches span units and the engine runs the next unit's batches while the
-last one is written, as in a local run (same UnitRunner, unit writer and manifest record). A call
-returns once its unit is committed; Ray keeps two calls in flight per actor, so the next unit is queued
-by then. A unit travels between the stages as one row: its chunks (the same reader.ReadAndTokenize
-tasks a local job's tokenizer workers run), pickled: token ids, ids and kept columns of any Arrow type,
-rejected rows, read errors.
+TokenizerActor reads and tokenizes pieces of units (reader.ReadAndTokenize, the task a local job's
+tokenizer workers run; CPU only: importing this module does not import torch). EngineActor holds one
+engine and one UnitStream (index/unit_stream.py); each call takes one unit: it hands the unit's pieces
+to the tokenizer actors at once and streams their chunks, in order, into the running batcher as they
+come, so the engine starts on a unit after one piece is tokenized, not the whole unit. Batches span
+units and the engine runs the next unit's batches while the last one is written, as in a local run
+(the same UnitRunner, unit writer and manifest record). A call returns once its unit is committed; Ray
+keeps two calls in flight per actor, so the next unit is queued by then. Chunks travel pickled: token
+ids, ids and kept columns of any Arrow type, rejected rows, read errors.
 """
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import pickle
 from dataclasses import replace
+from typing import Iterator
 
 from embedpipe.pipeline.config import JobConfig
-from embedpipe.pipeline.index.reader import unit_tasks
+from embedpipe.pipeline.index.reader import Chunk, Piece, piece_task, pieces_of, unit_tasks
 from embedpipe.pipeline.inputs.sources import InputError, WorkUnit
 from embedpipe.pipeline.text.tokenizer import TextTokenizer
 
 
-def tokenize_unit(row: dict, job: JobConfig, tokenizer: TextTokenizer) -> dict:
-    """{unit_id, chunks}: the unit's chunks, as the runner takes them, pickled.
+# tokenizer actors and tasks use one core each: they are the parallelism, not the tokenizer's threads
+TOKENIZE_ENV = {"env_vars": {"TOKENIZERS_PARALLELISM": "false"}}
+READY_TIMEOUT_S = 60.0  # tokenizer actors not started by then (no CPU free for them) are given up
 
-    A read error travels as a piece's end marker, as in a local run, so the engine side decides
-    (fail the job, or skip the file under --skip-bad-files)."""
-    unit = WorkUnit(**row)
-    chunks = [chunk for task in unit_tasks(job, [unit]) for chunk in task.run(tokenizer)]
-    return {"unit_id": unit.unit_id, "chunks": pickle.dumps(chunks)}
+
+class TokenizerActor:
+    """One CPU (or a share of one) reading and tokenizing the pieces its engine actor hands it, in the order
+    they come."""
+
+    def __init__(self, job: JobConfig, tokenizer: TextTokenizer):
+        self.job, self.tokenizer = job, tokenizer
+
+    def ready(self) -> None:
+        """Answers once the actor runs."""
+
+    def tokenize(self, piece: Piece) -> bytes:
+        """The piece's chunks, pickled: a read error travels as its end marker, as in a local run, so the
+        engine side decides (fail the job, or skip the file under --skip-bad-files)."""
+        return pickle.dumps(list(piece_task(self.job, piece).run(self.tokenizer)))
 
 
 def tokenize_and_write(row: dict, job: JobConfig, tokenizer: TextTokenizer) -> dict:
@@ -49,14 +63,15 @@ def tokenize_and_write(row: dict, job: JobConfig, tokenizer: TextTokenizer) -> d
 
 
 class EngineActor:
-    """One engine (a GPU Ray assigned, or the CPU) and its UnitStream; each call embeds and writes one unit.
+    """One engine (a GPU Ray assigned, or the CPU), its UnitStream and its tokenizer actors (tokenizer_cpus
+    CPUs, shared out: tokenizer_split; they end with it); each call embeds and writes one unit.
 
     Yields per unit {engine, report, error}: the pickled EngineReport of the unit, or the pickled input
     error that stops the job (the driver raises it, so the exit code is a local run's). An async
     generator: Ray runs the calls in flight on one event loop, so two can wait on the stream at once.
     """
 
-    def __init__(self, job: JobConfig, device: str):
+    def __init__(self, job: JobConfig, device: str, tokenizer: TextTokenizer, tokenizer_cpus: float):
         import ray
         import torch
 
@@ -65,17 +80,63 @@ class EngineActor:
 
         if device == "cpu":
             torch.set_num_threads(1)  # the one CPU this actor reserved
+        tokenizers = start_tokenizers(job, tokenizer, tokenizer_cpus)  # they start while the engine loads
         engine = load_engine(replace(job.engine, device=device))
         node = ray.util.get_node_ip_address()
         gpus = ray.get_gpu_ids()
         self.label = f"cuda:{gpus[0]} on {node}" if device == "cuda" else f"cpu on {node} (pid {os.getpid()})"
-        self.stream = UnitStream(job, engine, self.label)
+        self.job, self.stream = job, UnitStream(job, engine, self.label)
+        self.tokenizers = started(tokenizers)
+        self.next_tokenizer = itertools.cycle(self.tokenizers)  # a unit's pieces go to them in turn
 
     async def __call__(self, batch: dict):
-        (unit_id,), (chunks,) = batch["unit_id"], batch["chunks"]  # batch_size=1: one unit per call
+        (unit,) = map(pickle.loads, batch["unit"])  # batch_size=1: one unit per call
+        pieces = [next(self.next_tokenizer).tokenize.remote(piece)
+                  for piece in pieces_of(unit, self.job.read_rows, len(self.tokenizers))]
         try:
-            report = await asyncio.wrap_future(self.stream.submit(str(unit_id), pickle.loads(chunks)))
+            report = await asyncio.wrap_future(self.stream.submit(unit.unit_id, piece_chunks(pieces)))
         except InputError as error:
             yield {"engine": [self.label], "report": [b""], "error": [pickle.dumps(error)]}
             return
         yield {"engine": [self.label], "report": [pickle.dumps(report)], "error": [b""]}
+
+
+def piece_chunks(pieces: list) -> Iterator[Chunk]:
+    """The chunks of the pieces (ObjectRefs of TokenizerActor.tokenize), in order, each once it is tokenized
+    (in the stream's thread: waiting here leaves the engine's queued batches running)."""
+    import ray
+
+    for piece in pieces:
+        yield from pickle.loads(ray.get(piece))
+
+
+def tokenizer_split(cpus: float) -> tuple[int, float]:
+    """(tokenizer actors, CPUs each) sharing `cpus` CPUs: one per whole CPU, at least one (on a fraction of
+    a CPU, or on none when the engines hold them all)."""
+    count = max(1, int(cpus))
+    return count, cpus / count
+
+
+def start_tokenizers(job: JobConfig, tokenizer: TextTokenizer, cpus: float) -> list:
+    """The TokenizerActors of one engine, sharing `cpus` CPUs (tokenizer_split)."""
+    import ray
+
+    count, each = tokenizer_split(cpus)
+    actor = ray.remote(num_cpus=each, runtime_env=TOKENIZE_ENV)(TokenizerActor)
+    job_ref, tokenizer_ref = ray.put(job), ray.put(tokenizer)  # once, not once per actor
+    return [actor.remote(job_ref, tokenizer_ref) for _ in range(count)]
+
+
+def started(tokenizers: list) -> list:
+    """The tokenizer actors that run within READY_TIMEOUT_S; the others are stopped (the cluster had no CPU
+    for them). Raises RuntimeError when none runs."""
+    import ray
+
+    answers = {actor.ready.remote(): actor for actor in tokenizers}
+    ready, late = ray.wait(list(answers), num_returns=len(answers), timeout=READY_TIMEOUT_S)
+    for answer in late:
+        ray.kill(answers[answer])
+    if not ready:
+        raise RuntimeError(f"no tokenizer actor started within {READY_TIMEOUT_S:.0f} s: the Ray cluster has no CPU free")
+    ray.get(ready)  # raises a constructor's error
+    return [answers[answer] for answer in ready]

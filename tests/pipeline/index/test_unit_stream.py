@@ -61,7 +61,7 @@ class StreamEngine:
 
 
 def unit_chunks(job, tokenizer, unit) -> list:
-    """The unit's chunks, as ray_stages.tokenize_unit makes them."""
+    """The unit's chunks, in order, as the Ray tokenizer actors make them (ray_stages.TokenizerActor)."""
     return [chunk for task in unit_tasks(job, [unit]) for chunk in task.run(tokenizer)]
 
 

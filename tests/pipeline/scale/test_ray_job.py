@@ -18,6 +18,7 @@ from embedpipe.pipeline.config import ConfigError, DeviceSpec
 from embedpipe.pipeline.output.manifest import completed_units
 from embedpipe.pipeline.api import index_with_ray
 from embedpipe.pipeline.scale.ray_job import engine_pool
+from embedpipe.pipeline.scale.ray_stages import tokenizer_split
 
 LOCAL = ["--device", "cpu", "--workers", "0"]
 COMMON = ["--rows-per-unit", "50", "--keep-columns", "source", "--quiet"]
@@ -40,6 +41,11 @@ def test_devices_on_a_cluster(devices, resources, expected):
 def test_devices_a_cluster_cannot_run(devices, resources, message):
     with pytest.raises(ConfigError, match=message):
         engine_pool(DeviceSpec.parse(devices), resources)
+
+
+@pytest.mark.parametrize("cpus, expected", [(15.0, (15, 1.0)), (7.5, (7, 7.5 / 7)), (0.5, (1, 0.5)), (0.0, (1, 0.0))])
+def test_each_engine_shares_the_cpus_it_is_left_among_its_tokenizers(cpus, expected):
+    assert tokenizer_split(cpus) == expected
 
 
 def test_no_cluster_at_the_address_is_a_usage_error(tmp_path, monkeypatch):
