@@ -2,20 +2,22 @@
 
 A caller that gets its units one at a time (the Ray engine actor, scale/ray_stages.py) submits each
 unit's chunks and gets a future of what the engine did for that unit (an EngineReport), set once the
-unit's file is committed, or once the unit is skipped as a bad file. The runner runs in a thread of its
+unit's file is committed, or once the unit is skipped as a bad file. The reports add up to the engine's
+totals; a report's units, rows and bad files are its unit's own, its tokens and batches those counted
+since the report before (a batch that spans two units counts for the first to end). The runner runs in a thread of its
 own over the chunks of the submitted units, in order: batches span units as in a local run, so the
 engine runs the next unit's batches while the last one is written. When no unit is waiting, the source
 yields IDLE (unit_files.py) and the runner finishes the rows it holds: a unit never waits for the next.
 
-A failure (the input error that stops a job, a device error) ends the stream: the units open then and
-every one submitted later fail with it; the units committed before it stay done.
+A failure (the input error that stops a job, a device error, a failed write) ends the stream: the units
+open then and every one submitted later fail with it; the units committed before it stay done.
 """
 from __future__ import annotations
 
 import threading
 import time
 from concurrent.futures import Future
-from queue import SimpleQueue
+from queue import Empty, SimpleQueue
 from typing import Iterable, Iterator
 
 from embedpipe.kernels.engine import Engine
@@ -29,6 +31,7 @@ from embedpipe.pipeline.inputs.sources import InputError
 from embedpipe.pipeline.util.progress import Progress
 
 _CLOSED = None  # in the queue: no more units
+IDLE_CHECK_S = 0.2  # how often an idle stream looks for a failed write
 
 
 class UnitStream:
@@ -48,6 +51,7 @@ class UnitStream:
     def submit(self, unit_id: str, chunks: Iterable[Chunk]) -> Future:
         """Queues one unit's chunks (all of them, in order); the future's result is its EngineReport."""
         future: Future = Future()
+        future.set_running_or_notify_cancel()  # it cannot be cancelled: the unit runs once queued
         with self._lock:
             if self._error is not None:
                 future.set_exception(self._error)
@@ -77,10 +81,19 @@ class UnitStream:
         while True:
             if self._units.empty():
                 yield IDLE  # the runner finishes the rows it holds, then waits here for the next unit
-            chunks = self._units.get()
+            chunks = self._next_unit()
             if chunks is _CLOSED:
                 return
             yield from chunks
+
+    def _next_unit(self) -> Iterable[Chunk] | None:
+        """The next unit's chunks; while none comes, raises a failed write or commit of the units before (the
+        writer thread's error), so their futures fail instead of waiting for a unit that may never come."""
+        while True:
+            try:
+                return self._units.get(timeout=IDLE_CHECK_S)
+            except Empty:
+                self._runner.writer.check()
 
     def unit_ended(self, unit_id: str) -> None:
         """In the runner's writer thread, after the unit's commit (or its skip): its share of the totals."""

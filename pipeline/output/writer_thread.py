@@ -26,7 +26,7 @@ class WriterThread:
 
     def submit(self, work: Callable, *args) -> None:
         """Queues work(*args); raises the error of earlier work, if any."""
-        self._raise_error()
+        self.check()
         self._queue.put((work, args))
 
     def wait(self) -> None:
@@ -35,14 +35,14 @@ class WriterThread:
         self._queue.put((done.set, ()))
         while not done.wait(0.1) and self._error is None:  # after an error, no more work runs
             pass
-        self._raise_error()
+        self.check()
 
     def close(self, raise_error: bool = True) -> None:
         """Runs what is queued, ends the thread and (unless told not to) raises the first error."""
         self._queue.put(None)
         self._thread.join()
         if raise_error:
-            self._raise_error()
+            self.check()
 
     def _run(self) -> None:
         while (item := self._queue.get()) is not None:
@@ -54,6 +54,7 @@ class WriterThread:
                     self._error = error
         self.cpu_s = time.thread_time()
 
-    def _raise_error(self) -> None:
+    def check(self) -> None:
+        """Raises the first error of the work run so far, if any."""
         if self._error is not None:
             raise self._error

@@ -28,6 +28,7 @@ from embedpipe.pipeline.text.tokenizer import TextTokenizer
 # tokenizer actors and tasks use one core each: they are the parallelism, not the tokenizer's threads
 TOKENIZE_ENV = {"env_vars": {"TOKENIZERS_PARALLELISM": "false"}}
 READY_TIMEOUT_S = 60.0  # tokenizer actors not started by then (no CPU free for them) are given up
+TOKENIZER_RETRIES = 3  # restarts of a tokenizer actor that died, and retries of its piece
 
 
 class TokenizerActor:
@@ -122,7 +123,9 @@ def start_tokenizers(job: JobConfig, tokenizer: TextTokenizer, cpus: float) -> l
     import ray
 
     count, each = tokenizer_split(cpus)
-    actor = ray.remote(num_cpus=each, runtime_env=TOKENIZE_ENV)(TokenizerActor)
+    # a tokenizer that dies (say, killed for memory) is restarted and its piece tokenized again (it is pure)
+    actor = ray.remote(num_cpus=each, runtime_env=TOKENIZE_ENV, max_restarts=TOKENIZER_RETRIES,
+                       max_task_retries=TOKENIZER_RETRIES)(TokenizerActor)
     job_ref, tokenizer_ref = ray.put(job), ray.put(tokenizer)  # once, not once per actor
     return [actor.remote(job_ref, tokenizer_ref) for _ in range(count)]
 

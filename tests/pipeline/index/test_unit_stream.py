@@ -21,6 +21,7 @@ from embedpipe.pipeline.index.job import load_engine, run_job
 from embedpipe.pipeline.index.plan import job_tokenizer, prepare_job
 from embedpipe.pipeline.index.reader import unit_tasks
 from embedpipe.pipeline.index.report import EngineReport
+from embedpipe.pipeline.index import unit_files
 from embedpipe.pipeline.index.unit_stream import UnitStream
 from embedpipe.pipeline.inputs.sources import InputError
 from embedpipe.pipeline.output.manifest import completed_units
@@ -111,7 +112,7 @@ def test_a_stream_writes_what_a_local_run_writes_in_the_same_batches(corpus, tmp
     units = completed_units(tmp_path / "out")
     assert ours["batches"] < len(units) == 9
     reports = [future.result() for future in engines[0].futures]
-    assert [report.units for report in reports] == [1] * 9  # each report is its own unit's share
+    assert [report.units for report in reports] == [1] * 9  # each report: its own unit, and its rows
     assert sorted(report.rows for report in reports) == sorted(record["num_rows"] for record in units.values())
     assert sum(report.tokens for report in reports) == ours["tokens"]
     assert sum(report.batches.batches for report in reports) == ours["batches"]
@@ -178,6 +179,30 @@ def test_a_failed_stream_fails_its_open_unit_and_every_later_one(corpus, tmp_pat
         stream.close()
     assert completed_units(tmp_path / "out") == {}
     assert not list((tmp_path / "out").rglob("*.parquet"))  # the open unit's partial file is gone
+
+
+def test_a_failed_commit_fails_its_unit_while_the_stream_waits_for_the_next(corpus, tmp_path, monkeypatch):
+    inputs, _ = corpus
+    job = job_config(IndexOptions(inputs=(str(inputs),), output=str(tmp_path / "out"), **OPTIONS))
+    spec, tokenizer = job_tokenizer(job)
+    (tmp_path / "out").mkdir()
+    first, second = prepare_job(job, spec, tokenizer).pending[:2]
+    stream = UnitStream(job, load_engine(job.engine), "stream")
+    assert stream.submit(first.unit_id, unit_chunks(job, tokenizer, first)).result(timeout=60).units == 1
+
+    def disk_full(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(unit_files, "mark_done", disk_full)
+    failed = stream.submit(second.unit_id, unit_chunks(job, tokenizer, second))  # the last unit: none comes after
+    with pytest.raises(OSError, match="No space left"):
+        failed.result(timeout=30)
+    with pytest.raises(OSError, match="No space left"):
+        stream.close()
+    done = completed_units(tmp_path / "out")
+    assert set(done) == {first.unit_id}
+    # the failed unit's file is gone: only the done unit's is left
+    assert [path.name for path in (tmp_path / "out" / "embeddings").iterdir()] == [done[first.unit_id]["file_name"]]
 
 
 def test_since_takes_an_earlier_report_from_a_later_one():
