@@ -4,9 +4,9 @@ A caller that gets its units one at a time (the Ray engine actor, scale/ray_stag
 unit's chunks and gets a future of what the engine did for that unit (an EngineReport), set once the
 unit's file is committed, or once the unit is skipped as a bad file. The reports add up to the engine's
 totals; a report's units, rows and bad files are its unit's own, its tokens and batches those counted
-since the report before (a batch that spans two units counts for the first to end). The runner runs in a thread of its
-own over the chunks of the submitted units, in order: batches span units as in a local run, so the
-engine runs the next unit's batches while the last one is written. When no unit is waiting, the source
+since the report before (a batch that spans two units counts for the first to end). The runner runs in
+a thread of its own over the chunks of the submitted units, in order: batches span units as in a local
+run, so the engine runs the next unit's batches while the last one is written. When no unit is waiting, the source
 yields IDLE (unit_files.py) and the runner finishes the rows it holds: a unit never waits for the next.
 
 A failure (the input error that stops a job, a device error, a failed write) ends the stream: the units
@@ -70,7 +70,7 @@ class UnitStream:
     def _run(self) -> None:
         try:
             self._runner.run(self._chunks())
-        except BaseException as error:  # InputError, a device error: the units still waiting get it
+        except BaseException as error:  # InputError, a device error, a failed write: the waiting units get it
             with self._lock:
                 self._error = error
                 waiting, self._waiting = self._waiting, {}

@@ -140,6 +140,7 @@ def started(tokenizers: list) -> list:
     for answer in late:
         ray.kill(answers[answer])
     if not ready:
-        raise RuntimeError(f"no tokenizer actor started within {READY_TIMEOUT_S:.0f} s: the Ray cluster has no CPU free")
+        raise RuntimeError(f"no tokenizer actor started within {READY_TIMEOUT_S:.0f} s: "
+                           "the Ray cluster has no CPU free")
     ray.get(ready)  # raises a constructor's error
     return [answers[answer] for answer in ready]

@@ -53,10 +53,7 @@ class StreamEngine:
                 chunks = gate(chunks, submitted)
             self.futures.append(stream.submit(unit.unit_id, chunks))
         submitted.set()
-        try:
-            reports = [future.result(timeout=120) for future in self.futures]
-        finally:
-            submitted.set()
+        reports = [future.result(timeout=120) for future in self.futures]
         stream.close()
         return [sum(reports, EngineReport("stream"))]
 
@@ -64,6 +61,14 @@ class StreamEngine:
 def unit_chunks(job, tokenizer, unit) -> list:
     """The unit's chunks, in order, as the Ray tokenizer actors make them (ray_stages.TokenizerActor)."""
     return [chunk for task in unit_tasks(job, [unit]) for chunk in task.run(tokenizer)]
+
+
+def pending_units(inputs: Path, output: Path):
+    """(job, tokenizer, its pending units) of a stream test's job on `inputs`, OUTPUT made."""
+    job = job_config(IndexOptions(inputs=(str(inputs),), output=str(output), **OPTIONS))
+    spec, tokenizer = job_tokenizer(job)
+    output.mkdir()
+    return job, tokenizer, prepare_job(job, spec, tokenizer).pending
 
 
 def gate(chunks, opened: threading.Event):
@@ -119,19 +124,14 @@ def test_a_stream_writes_what_a_local_run_writes_in_the_same_batches(corpus, tmp
 
 
 def test_units_handed_one_at_a_time_are_each_finished_before_the_next_comes(corpus, tmp_path):
-    inputs, local = corpus
-    job = job_config(IndexOptions(inputs=(str(inputs),), output=str(tmp_path / "out"), **OPTIONS))
-    engine = load_engine(job.engine)
-    spec, tokenizer = job_tokenizer(job)
-    (tmp_path / "out").mkdir()
-    prepared = prepare_job(job, spec, tokenizer)
-    stream, batches = UnitStream(job, engine, "stream"), 0
-    for unit in prepared.pending:  # the next unit is submitted only once the last one's report is out
+    job, tokenizer, pending = pending_units(corpus[0], tmp_path / "out")
+    stream, batches = UnitStream(job, load_engine(job.engine), "stream"), 0
+    for unit in pending:  # the next unit is submitted only once the last one's report is out
         report = stream.submit(unit.unit_id, unit_chunks(job, tokenizer, unit)).result(timeout=60)
         assert report.units == 1 and unit.unit_id in completed_units(tmp_path / "out")
         batches += report.batches.batches
     stream.close()
-    assert batches >= len(prepared.pending)  # no unit waited for the next: each one's rows were flushed alone
+    assert batches >= len(pending)  # no unit waited for the next: each one's rows were flushed alone
 
 
 def test_a_stream_skips_a_bad_file_or_stops_at_it_keeping_the_units_before(tmp_path):
@@ -158,11 +158,7 @@ def test_a_stream_skips_a_bad_file_or_stops_at_it_keeping_the_units_before(tmp_p
 
 
 def test_a_failed_stream_fails_its_open_unit_and_every_later_one(corpus, tmp_path):
-    inputs, _ = corpus
-    job = job_config(IndexOptions(inputs=(str(inputs),), output=str(tmp_path / "out"), **OPTIONS))
-    spec, tokenizer = job_tokenizer(job)
-    (tmp_path / "out").mkdir()
-    first, second = prepare_job(job, spec, tokenizer).pending[:2]
+    job, tokenizer, (first, second, *_) = pending_units(corpus[0], tmp_path / "out")
 
     def broken():  # a unit whose source fails halfway (as a device error would)
         chunks = unit_chunks(job, tokenizer, first)
@@ -182,11 +178,7 @@ def test_a_failed_stream_fails_its_open_unit_and_every_later_one(corpus, tmp_pat
 
 
 def test_a_failed_commit_fails_its_unit_while_the_stream_waits_for_the_next(corpus, tmp_path, monkeypatch):
-    inputs, _ = corpus
-    job = job_config(IndexOptions(inputs=(str(inputs),), output=str(tmp_path / "out"), **OPTIONS))
-    spec, tokenizer = job_tokenizer(job)
-    (tmp_path / "out").mkdir()
-    first, second = prepare_job(job, spec, tokenizer).pending[:2]
+    job, tokenizer, (first, second, *_) = pending_units(corpus[0], tmp_path / "out")
     stream = UnitStream(job, load_engine(job.engine), "stream")
     assert stream.submit(first.unit_id, unit_chunks(job, tokenizer, first)).result(timeout=60).units == 1
 
