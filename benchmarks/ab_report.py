@@ -20,7 +20,21 @@ def latency_table(data: dict) -> list[str]:
         cells = [f"{v['median_ms']:.3f} ({v['min_ms']:.3f}-{v['max_ms']:.3f})" for v in by_system.values()]
         ratio = by_system[systems[-1]]["median_ms"] / by_system[systems[0]]["median_ms"] if len(systems) > 1 else 1.0
         lines.append(f"| {key} | " + " | ".join(cells) + f" | {ratio:.2f} |")
+    lines += throughput_lines(data.get("throughput", {}))
     return lines + [f"\n{len(next(iter(data['rounds'].values())))} rounds, alternating, each a fresh process."]
+
+
+def throughput_lines(throughput: dict) -> list[str]:
+    """The batch rows of latency_ab.py --throughput: M tokens/s and MFU (of each process's own matmul ceiling)."""
+    if not throughput:
+        return []
+    systems = list(next(iter(throughput.values())))
+    lines = ["", "| model, batch (two in flight) | " + " | ".join(f"{s} M tokens/s (min-max) | {s} MFU" for s in systems)
+             + " |", "|---|" + "---|---|" * len(systems)]
+    for key, by_system in throughput.items():
+        cells = [f"{v['m_tokens_per_s']:.3f} ({v['min']:.3f}-{v['max']:.3f}) | {v['mfu']:.1%}" for v in by_system.values()]
+        lines.append(f"| {key} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def serve_table(data: dict) -> list[str]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SAFE_DEFAULT = "torch-varlen"
-TABLE_VERSION = 1
+TABLE_VERSION = 2  # 2: a step timed with its host plan and a model's layers; the Triton kernel measured too
 TABLE_FILE = "attention-choice.json"
 ANY_SIZE = 1 << 62  # the bound of the last range
 CLEAR_WIN = 0.95  # another backend's time must be at most this share of SAFE_DEFAULT's to replace it

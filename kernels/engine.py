@@ -19,7 +19,7 @@ from embedpipe.kernels.output_dtypes import output_dtype
 from embedpipe.kernels.pooling import OutputSpec, Pooler, ScoreHead
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-ATTENTION_BACKENDS = ("auto", "flashinfer", "fa2", "fa3", "torch-varlen", "torch")
+ATTENTION_BACKENDS = ("auto", "flashinfer", "fa2", "fa3", "torch-varlen", "triton", "torch")
 
 
 @dataclass(frozen=True)
@@ -164,7 +164,8 @@ class Engine:
         if self.device.type != "cuda":
             return {}
         from embedpipe.kernels.cuda.attention_timing import measure_and_store
-        timings, failed = measure_and_store(self.attn.spec, self.device, self.dtype, self.max_seqlen)
+        layers = int(self.folder.config.get("num_hidden_layers", 12))  # attention calls in a step
+        timings, failed = measure_and_store(self.attn.spec, self.device, self.dtype, self.max_seqlen, layers)
         out = {f"attention_{tokens}_tokens_{backend}_ms": ms
                for tokens, by_backend in sorted(timings.items()) for backend, ms in by_backend.items()}
         return out | {f"attention_failed_{backend}": why for backend, why in failed.items()}

@@ -1,17 +1,19 @@
-"""Ragged attention on CUDA: FlashInfer's ragged prefill (no KV cache) and PyTorch's flash varlen.
+"""Ragged attention on CUDA: FlashInfer's ragged prefill (no KV cache), PyTorch's flash varlen and our Triton
+kernel with small query blocks (kernels/cuda/triton_attention.py).
 
-Both take the packed q/k/v of a batch and the batch's cu_seqlens; the padding sequence owns the
+Each takes the packed q/k/v of a batch and the batch's cu_seqlens; the padding sequence owns the
 padding rows, so every row belongs to a sequence and no real row sees a padding row.
 """
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 
 import torch
 
 from embedpipe.kernels.attention import AttentionBackend, AttentionSpec, TorchRaggedAttention
-from embedpipe.kernels.attention_choice import (AttentionChoice, default_choice, load_choice, shape_key,
-                                                single_choice)
+from embedpipe.kernels.attention_choice import (SAFE_DEFAULT, AttentionChoice, default_choice, load_choice,
+                                                shape_key, single_choice)
 
 FLASHINFER_HEAD_DIMS = (64, 128, 256)  # head_dim 32 fails in FlashInfer's prefill kernels
 MIN_WORKSPACE_BYTES = 128 << 20
@@ -35,8 +37,9 @@ class FlashInferAttention(AttentionBackend):
     BERT-base 1 x 128, 0.525 -> 0.445 ms).
 
     plan() writes a pinned host buffer that an async copy reads: before a wrapper is planned again, the
-    copy of its previous plan must have run (an event per wrapper). cu_seqlens should be pinned too
-    (the runner passes its staging buffer), so the indptr copy is asynchronous.
+    copy of its previous plan must have run (an event per wrapper). A wrapper is planned again only when the
+    layout changed since its last plan. cu_seqlens should be pinned too (the runner passes its staging
+    buffer), so the indptr copy is asynchronous.
     """
 
     def __init__(self, spec: AttentionSpec, device: torch.device, dtype: torch.dtype, backend: str = "fa2",
@@ -62,24 +65,30 @@ class FlashInferAttention(AttentionBackend):
             planned = self._graphed[graph_key] = _Planned(self._new_wrapper(
                 self.workspace, "NHD", use_cuda_graph=True, qo_indptr_buf=indptr, kv_indptr_buf=indptr,
                 backend=self.backend))
+        layout = cu_seqlens.numpy().tobytes()
+        self._current = planned.wrapper
+        if layout == planned.layout:
+            return  # its buffers hold this plan already (a plan: ~0.1-0.2 ms of a batch-1 step's host time)
         planned.copied.synchronize()  # the previous plan's pinned buffer has been copied to the device
         spec = self.spec
         planned.wrapper.plan(cu_seqlens, cu_seqlens, spec.num_heads, spec.num_kv_heads, spec.head_dim,
                              causal=spec.causal, sm_scale=spec.scale, q_data_type=self.dtype,
                              kv_data_type=self.dtype, disable_split_kv=graph_key is None)
         planned.copied.record()
-        self._current = planned.wrapper
+        planned.layout = layout
 
     def forward(self, q, k, v):
         return self._current.run(q, k, v)
 
 
 class _Planned:
-    """A FlashInfer wrapper and the event recorded after its last plan's copies were queued."""
+    """A FlashInfer wrapper, the event recorded after its last plan's copies were queued, and the cu_seqlens
+    (bytes) of that plan: a batch of the same layout runs on the plan as it is."""
 
     def __init__(self, wrapper):
         self.wrapper, self.copied = wrapper, torch.cuda.Event()
         self.copied.record()
+        self.layout: bytes | None = None
 
 
 class TorchVarlenAttention(AttentionBackend):
@@ -92,6 +101,8 @@ class TorchVarlenAttention(AttentionBackend):
     on a corpus of 20-512 token rows, H200: 4,880 rows/s replayed vs 6,843 eager).
     """
 
+    min_max_q = MIN_MAX_Q
+
     def __init__(self, spec: AttentionSpec, max_seqlen: int):
         super().__init__(spec)
         self.max_seqlen = max_seqlen
@@ -100,9 +111,9 @@ class TorchVarlenAttention(AttentionBackend):
 
     def graph_key(self, batch) -> tuple[int, int, int]:
         """(padded tokens, padded sequences, max_q): max_q a power of two >= the longest sequence, at
-        least MIN_MAX_Q, at most the model's positions and the batch's tokens."""
+        least min_max_q, at most the model's positions and the batch's tokens."""
         longest = self._checked_longest(batch.cu_seqlens)
-        max_q = min(max(MIN_MAX_Q, 1 << (longest - 1).bit_length()), self.max_seqlen, batch.key[0])
+        max_q = min(max(self.min_max_q, 1 << (longest - 1).bit_length()), self.max_seqlen, batch.key[0])
         return (*batch.key, max_q)
 
     def plan(self, cu_seqlens: torch.Tensor, num_seqs: int, graph_key=None, device_cu_seqlens=None) -> None:
@@ -121,6 +132,25 @@ class TorchVarlenAttention(AttentionBackend):
             q, k, v, self._cu_seqlens, self._cu_seqlens, self._max_q, self._max_q, 0.0,
             self.spec.causal, False, scale=self.spec.scale)
         return out[0]
+
+
+class TritonVarlenAttention(TorchVarlenAttention):
+    """Our Triton kernel (triton_attention.varlen_attention): queries in blocks of 16-64 rows, so a short batch
+    runs many blocks. Keys and plans as TorchVarlenAttention's (max_q sizes the grid and is baked into a graph), with
+    buckets from 16 rows: a 16-token query launches the blocks of 16 rows, not of 128."""
+
+    min_max_q = 16
+
+    def __init__(self, spec: AttentionSpec, max_seqlen: int):
+        from embedpipe.kernels.cuda import triton_attention
+
+        if not triton_attention.supports(spec.head_dim, spec.num_heads, spec.num_kv_heads):
+            raise ValueError(f"the Triton attention kernel runs head_dim 16-128 (a power of two), not {spec.head_dim}")
+        super().__init__(spec, max_seqlen)
+        self._kernel = triton_attention.varlen_attention
+
+    def forward(self, q, k, v):
+        return self._kernel(q, k, v, self._cu_seqlens, self._max_q, self.spec.causal, self.spec.scale)
 
 
 def _longest(cu_seqlens: torch.Tensor) -> int:
@@ -168,16 +198,28 @@ def choice_shape(spec: AttentionSpec, dtype: torch.dtype) -> str:
     return shape_key(spec.num_heads, spec.num_kv_heads, spec.head_dim, spec.causal, str(dtype).split(".")[1])
 
 
+def candidate_backends(spec: AttentionSpec) -> list[str]:
+    """The backends that can run this shape here, the safe default first: what `embedpipe warmup` times."""
+    from embedpipe.kernels.cuda import triton_attention
+
+    names = [SAFE_DEFAULT]
+    if triton_attention.supports(spec.head_dim, spec.num_heads, spec.num_kv_heads):
+        names.append("triton")
+    if spec.head_dim in FLASHINFER_HEAD_DIMS and importlib.util.find_spec("flashinfer"):
+        names += ["fa2", "fa3"]
+    return names
+
+
 def auto_choice(spec: AttentionSpec, device: torch.device, dtype: torch.dtype) -> AttentionChoice:
     """The choice `embedpipe warmup` measured for this shape on this machine, else the safe default."""
-    if spec.head_dim not in FLASHINFER_HEAD_DIMS:
+    if len(candidate_backends(spec)) == 1:
         return default_choice(f"head_dim {spec.head_dim}: the one kernel that runs it")
     return load_choice(machine_signature(device), choice_shape(spec, dtype))
 
 
 def make_cuda_attention(name: str, spec: AttentionSpec, device: torch.device, dtype: torch.dtype,
                         max_seqlen: int, max_graph_tokens: int) -> AttentionBackend:
-    """name: auto | flashinfer | fa2 | fa3 | torch-varlen | torch. The backend's `choice` says what runs and why.
+    """name: auto | flashinfer | fa2 | fa3 | torch-varlen | triton | torch. The backend's `choice` says what runs and why.
 
     auto: per batch size, the backend `embedpipe warmup` measured fastest here (attention_choice.py), else
     PyTorch's flash varlen kernel, the one ragged kernel that runs every head_dim here (32 included).
@@ -205,4 +247,6 @@ def _one_backend(name: str, spec: AttentionSpec, device: torch.device, dtype: to
         return FlashInferAttention(spec, device, dtype, "fa2" if name == "flashinfer" else name, max_graph_tokens)
     if name == "torch-varlen":
         return TorchVarlenAttention(spec, max_seqlen)
-    raise ValueError(f"unknown attention backend {name!r}; choose auto, flashinfer, fa2, fa3 or torch-varlen")
+    if name == "triton":
+        return TritonVarlenAttention(spec, max_seqlen)
+    raise ValueError(f"unknown attention backend {name!r}; choose auto, flashinfer, fa2, fa3, torch-varlen or triton")

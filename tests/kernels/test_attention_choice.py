@@ -1,14 +1,17 @@
 """attention="auto": the table `embedpipe warmup` stores, the choice read from it, and the dispatch per batch
 size (CPU: the CUDA kernels are measured on the H200, tests/kernels/test_gpu_engine.py)."""
+import importlib.util
 import json
 
+import pytest
 import torch
 
 from embedpipe.kernels.attention import AttentionBackend, AttentionSpec
-from embedpipe.kernels.attention_choice import (ANY_SIZE, SAFE_DEFAULT, AttentionChoice, load_choice,
-                                                ranges_from_timings, shape_key, store_choice)
+from embedpipe.kernels.attention_choice import (ANY_SIZE, SAFE_DEFAULT, TABLE_VERSION, AttentionChoice,
+                                                load_choice, ranges_from_timings, shape_key, store_choice)
 from embedpipe.kernels.batch import BucketPolicy, pack
-from embedpipe.kernels.cuda.attention import SelectedAttention, auto_choice
+from embedpipe.kernels.cuda import attention as cuda_attention
+from embedpipe.kernels.cuda.attention import SelectedAttention, auto_choice, candidate_backends
 
 MACHINE = {"gpu": "NVIDIA H200", "torch": "2.11.0+cu130", "flashinfer": "0.6.18.post1"}
 SHAPE = shape_key(16, 8, 128, True, "bfloat16")
@@ -58,9 +61,45 @@ def test_a_missing_stale_or_corrupt_table_falls_back_to_the_safe_default_and_say
         assert reason in choice.note and "run `embedpipe warmup`" in choice.note, choice.note
 
 
-def test_head_dim_32_has_one_kernel_and_reads_no_table():
-    choice = auto_choice(AttentionSpec(12, 12, 32, False), torch.device("cpu"), torch.bfloat16)
-    assert choice.ranges == ((ANY_SIZE, SAFE_DEFAULT),) and "head_dim 32" in choice.note
+def test_a_head_dim_one_kernel_runs_reads_no_table():
+    choice = auto_choice(AttentionSpec(8, 8, 96, False), torch.device("cpu"), torch.bfloat16)
+    assert choice.ranges == ((ANY_SIZE, SAFE_DEFAULT),) and "head_dim 96" in choice.note
+
+
+def test_the_backends_measured_per_shape(monkeypatch):
+    """torch-varlen runs every shape; our Triton kernel power-of-two head dims up to 128 (MiniLM's 32 too);
+    FlashInfer 64, 128 and 256 where it is installed."""
+    pytest.importorskip("triton")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object() if name == "flashinfer" else None)
+    assert candidate_backends(AttentionSpec(12, 12, 32, False)) == [SAFE_DEFAULT, "triton"]
+    assert candidate_backends(AttentionSpec(16, 8, 128, True)) == [SAFE_DEFAULT, "triton", "fa2", "fa3"]
+    assert candidate_backends(AttentionSpec(8, 8, 256, True)) == [SAFE_DEFAULT, "fa2", "fa3"]
+    assert candidate_backends(AttentionSpec(8, 8, 96, True)) == [SAFE_DEFAULT]
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    assert candidate_backends(AttentionSpec(16, 8, 128, True)) == [SAFE_DEFAULT, "triton"]
+
+
+def test_head_dim_32_reads_the_measured_table_now_that_two_kernels_run_it(tmp_path, monkeypatch):
+    pytest.importorskip("triton")
+    monkeypatch.setenv("EMBEDPIPE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cuda_attention, "machine_signature", lambda device: MACHINE)
+    spec = AttentionSpec(12, 12, 32, False)
+    assert "no measured choice" in auto_choice(spec, torch.device("cpu"), torch.bfloat16).note
+    store_choice(MACHINE, shape_key(12, 12, 32, False, "bfloat16"),
+                 {128: {SAFE_DEFAULT: 1.0, "triton": 0.5}, 2048: {SAFE_DEFAULT: 1.0, "triton": 1.2}}, {}, "t")
+    assert auto_choice(spec, torch.device("cpu"), torch.bfloat16).ranges == ((512, "triton"), (ANY_SIZE, SAFE_DEFAULT))
+
+
+def test_a_table_of_the_first_version_is_stale(tmp_path):
+    """Version 1 timed attention replays alone (no host plan, one layer, no Triton kernel): measure again."""
+    path = tmp_path / "attention-choice.json"
+    store_choice(MACHINE, SHAPE, TIMINGS, {}, "t", path)
+    table = json.loads(path.read_text())
+    assert table["machine"]["table_version"] == TABLE_VERSION > 1
+    table["machine"]["table_version"] = 1
+    path.write_text(json.dumps(table))
+    choice = load_choice(MACHINE, SHAPE, path)
+    assert choice.ranges == ((ANY_SIZE, SAFE_DEFAULT),) and "another machine or version" in choice.note
 
 
 class Recording(AttentionBackend):

@@ -63,11 +63,12 @@ def _same_key_batches(engine, rng, count, num_seqs=10, num_tokens=1000):
 
 
 GRAPHED = [("minilm", "auto"), ("bert-base", "auto"), ("qwen3-0.6b", "auto"),
+           ("minilm", "triton"), ("bert-base", "triton"), ("qwen3-0.6b", "triton"),
            ("bert-base", "fa2"), ("qwen3-0.6b", "fa2"), ("bert-base", "fa3"), ("qwen3-0.6b", "fa3")]
 
 
 def engine_for(tmp_path, model: str, attention: str, **config) -> Engine:
-    if attention != "auto":
+    if attention in ("fa2", "fa3"):
         pytest.importorskip("flashinfer")
     if model != "minilm" and not (tmp_path / "config.json").exists():
         write_random_model(model, tmp_path)
@@ -93,11 +94,11 @@ def test_graph_replay_equals_eager(tmp_path, model, attention, num_seqs, num_tok
         torch.testing.assert_close(got, want, atol=5e-3, rtol=0)
 
 
-@pytest.mark.parametrize("model,attention", [m for m in GRAPHED if m[1] != "auto"])
-def test_flashinfer_eager_and_replayed_match_transformers_fp32(tmp_path, model, attention):
-    """fa2 / fa3, eager then captured and replayed, against the float32 reference (the house standard; against
-    PyTorch's bf16 flash varlen kernel Qwen3-0.6B fa2 agreed to cosine 0.99989, split-KV reducing otherwise)."""
-    pytest.importorskip("flashinfer")
+@pytest.mark.parametrize("model,attention", [m for m in GRAPHED if m[1] != "auto" and m[0] != "minilm"])
+def test_each_backend_eager_and_replayed_matches_transformers_fp32(tmp_path, model, attention):
+    """fa2 / fa3 / triton, eager then captured and replayed, against the float32 reference (the house standard;
+    against PyTorch's bf16 flash varlen kernel Qwen3-0.6B fa2 agreed to cosine 0.99989, split-KV reducing
+    otherwise)."""
     reference = write_random_model(model, tmp_path).cuda()
     engine = engine_for(tmp_path, model, attention)
     for batch in _same_key_batches(engine, np.random.default_rng(4), 3, 200, 16000):
@@ -109,7 +110,7 @@ def test_flashinfer_eager_and_replayed_match_transformers_fp32(tmp_path, model, 
 
 
 @pytest.mark.parametrize("model,attention", [("minilm", "auto"), ("bert-base", "auto"), ("bert-base", "fa2"),
-                                             ("qwen3-0.6b", "fa3")])
+                                             ("qwen3-0.6b", "fa3"), ("minilm", "triton"), ("bert-base", "triton")])
 def test_double_buffered_equals_one_at_a_time(tmp_path, model, attention):
     """1,000 randomly sized batches with two in flight give what they give one at a time."""
     engine = engine_for(tmp_path, model, attention)
@@ -126,6 +127,26 @@ def test_double_buffered_equals_one_at_a_time(tmp_path, model, attention):
     assert engine.counters.replays > 1000
     for a, b in zip(one_at_a_time, pipelined):
         torch.testing.assert_close(a, b, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("model,attention", [("bert-base", "fa3"), ("qwen3-0.6b", "fa2")])
+def test_flashinfer_plans_a_graph_key_again_only_when_its_layout_changed(tmp_path, model, attention):
+    """A repeated layout runs on the wrapper's plan as it is (no host plan); a new one is planned; each result
+    equals the eager engine's."""
+    engine = engine_for(tmp_path, model, attention)
+    eager = engine_for(tmp_path, model, attention, graphs=GraphConfig(enabled=False))
+    first, second = _same_key_batches(engine, np.random.default_rng(6), 2, 10, 1000)
+    for _ in range(2):  # eager, then captured
+        engine.step(first).result()
+    planned = engine.attn._graphed[engine.attn.graph_key(first)]
+    plans, plan = [], planned.wrapper.plan
+    planned.wrapper.plan = lambda *args, **kwargs: (plans.append(1), plan(*args, **kwargs))[1]
+    for batch, planned_again in ((first, False), (first, False), (second, True), (second, False), (first, True)):
+        before = len(plans)
+        got = engine.step(batch).result()
+        assert (len(plans) > before) == planned_again
+        assert cosine(got, eager.step(batch).result()).min() >= 0.9999
+    assert engine.counters.as_dict() == {"eager_runs": 1, "graph_captures": 1, "graph_replays": 6}
 
 
 def test_a_job_engine_on_cuda_leaves_one_torch_thread_and_a_bare_engine_none(tmp_path):

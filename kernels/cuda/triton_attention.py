@@ -1,0 +1,132 @@
+"""Ragged attention as one Triton kernel: a block is BLOCK_M query rows of one head of one sequence.
+
+PyTorch's flash varlen kernel took 6.5 us a layer for one 128-token BERT-base query and 10.8 us on Qwen3-0.6B
+(benchmarks/results/2026-12-01-h200-batch1-online); this kernel 3.4-5.0 us, and it was faster at every batch
+measured up to 64 x 512 (benchmarks/attention_configs.py). Online softmax in float32 (exp2), the probabilities
+rounded to the input dtype before the P @ V product, as the flash kernels do; the key blocks every row of a
+query block sees run without masks, the rest with them.
+
+The grid is fixed by the graph key: (query blocks of the longest sequence's bucket, sequence slots,
+heads). A block past its sequence's end returns at once, so one captured grid serves every layout of
+its key, empty padding slots included.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+LOG2_E = 1.4426950408889634
+
+
+@triton.jit
+def _attend(q, K, V, start, kv_head, stride_kt, stride_kh, stride_vt, stride_vh, rows, dims, best, total, acc,
+            keys_begin, keys_end, scale_log2, MASKED: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Online softmax over keys [keys_begin, keys_end) in blocks of BLOCK_N; MASKED: the last block may pass the
+    sequence's end and (CAUSAL) some keys follow some rows. Returns the updated (best, total, acc)."""
+    for key_start in range(keys_begin, keys_end, BLOCK_N):
+        cols = key_start + tl.arange(0, BLOCK_N)  # [BLOCK_N] key positions
+        if MASKED:
+            col_ok = cols < keys_end
+            k = tl.load(K + (start + cols)[None, :] * stride_kt + kv_head * stride_kh + dims[:, None],
+                        mask=col_ok[None, :], other=0.0)  # [HEAD_DIM, BLOCK_N]
+            v = tl.load(V + (start + cols)[:, None] * stride_vt + kv_head * stride_vh + dims[None, :],
+                        mask=col_ok[:, None], other=0.0)  # [BLOCK_N, HEAD_DIM]
+        else:
+            k = tl.load(K + (start + cols)[None, :] * stride_kt + kv_head * stride_kh + dims[:, None])
+            v = tl.load(V + (start + cols)[:, None] * stride_vt + kv_head * stride_vh + dims[None, :])
+        scores = tl.dot(q, k) * scale_log2  # [BLOCK_M, BLOCK_N]
+        if MASKED:
+            visible = col_ok[None, :]
+            if CAUSAL:
+                visible = visible & (cols[None, :] <= rows[:, None])
+            scores = tl.where(visible, scores, float("-inf"))
+        new_best = tl.maximum(best, tl.max(scores, 1))
+        rescale = tl.exp2(best - new_best)
+        p = tl.exp2(scores - new_best[:, None])
+        total = total * rescale + tl.sum(p, 1)
+        acc = acc * rescale[:, None] + tl.dot(p.to(v.dtype), v)
+        best = new_best
+    return best, total, acc
+
+
+@triton.jit
+def _varlen_attention_kernel(Q, K, V, Out, CuSeqlens, stride_qt, stride_qh, stride_kt, stride_kh, stride_vt,
+                             stride_vh, stride_ot, stride_oh, scale_log2,
+                             GROUP: tl.constexpr, CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr,
+                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    block, seq, head = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    start = tl.load(CuSeqlens + seq)
+    length = tl.load(CuSeqlens + seq + 1) - start
+    first_row = block * BLOCK_M
+    if first_row >= length:
+        return
+    rows = first_row + tl.arange(0, BLOCK_M)  # [BLOCK_M] positions in the sequence
+    dims = tl.arange(0, HEAD_DIM)
+    kv_head = head // GROUP
+    row_ok = rows < length
+    q = tl.load(Q + (start + rows)[:, None] * stride_qt + head * stride_qh + dims[None, :],
+                mask=row_ok[:, None], other=0.0)  # [BLOCK_M, HEAD_DIM]
+    best = tl.full([BLOCK_M], float("-inf"), tl.float32)  # running row maximum (log2 units)
+    total = tl.zeros([BLOCK_M], tl.float32)  # running sum of exp2(score - best)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    # first the keys every row of the block sees, in whole blocks of BLOCK_N, unmasked; then the rest, masked.
+    # Causal rows see the keys up to themselves (so every row sees key 0: no row is all masked).
+    if CAUSAL:
+        unmasked_end = first_row // BLOCK_N * BLOCK_N
+        keys_end = tl.minimum(length, first_row + BLOCK_M)
+    else:
+        unmasked_end = length // BLOCK_N * BLOCK_N
+        keys_end = length
+    best, total, acc = _attend(q, K, V, start, kv_head, stride_kt, stride_kh, stride_vt, stride_vh, rows, dims,
+                               best, total, acc, 0, unmasked_end, scale_log2, False, CAUSAL, BLOCK_N)
+    best, total, acc = _attend(q, K, V, start, kv_head, stride_kt, stride_kh, stride_vt, stride_vh, rows, dims,
+                               best, total, acc, unmasked_end, keys_end, scale_log2, True, CAUSAL, BLOCK_N)
+    out = acc / total[:, None]
+    tl.store(Out + (start + rows)[:, None] * stride_ot + head * stride_oh + dims[None, :],
+             out.to(Out.dtype.element_ty), mask=row_ok[:, None])
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    block_m: int  # query rows per block
+    block_n: int  # keys per step of the online softmax
+    num_warps: int
+    num_stages: int
+
+
+def launch_config(max_q: int, head_dim: int) -> LaunchConfig:
+    """Read off benchmarks/attention_configs.py on the H200 (2026-12-04; MiniLM, BERT-base and Qwen3-0.6B shapes,
+    batches 1x16 to 64x512 and 1x4096): query blocks of 64 rows were fastest or within ~10% of it everywhere but a
+    16-token query (max_q 64: blocks of 16, Qwen3 3.3 vs 4.0 us), and 3 stages from max_q 256 (Qwen3 1x4096
+    192 vs 221 us) but not at 128 (5.0 vs 5.8 us). head_dim did not change the choice."""
+    if max_q <= 64:
+        return LaunchConfig(16, 64, 4, 2)
+    return LaunchConfig(64, 64, 4, 2 if max_q <= 128 else 3)
+
+
+def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor, max_q: int,
+                     causal: bool, scale: float, config: LaunchConfig | None = None) -> torch.Tensor:
+    """q [T, H, D], k and v [T, Hkv, D] (H a multiple of Hkv, D a power of two), cu_seqlens [slots + 1] int32 on the
+    device, max_q >= the longest sequence -> [T, H, D]: each row attends to its own sequence's rows (causal: to
+    those up to itself). Rows outside every sequence are left unwritten. config: launch_config's by default."""
+    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+    num_heads, head_dim = q.shape[1:]
+    config = config or launch_config(max_q, head_dim)
+    out = torch.empty_like(q)
+    grid = (triton.cdiv(max_q, config.block_m), cu_seqlens.shape[0] - 1, num_heads)
+    _varlen_attention_kernel[grid](
+        q, k, v, out, cu_seqlens, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+        out.stride(0), out.stride(1), scale * LOG2_E, GROUP=num_heads // k.shape[1], CAUSAL=causal,
+        HEAD_DIM=head_dim, BLOCK_M=config.block_m, BLOCK_N=config.block_n, num_warps=config.num_warps,
+        num_stages=config.num_stages)
+    return out
+
+
+def supports(head_dim: int, num_heads: int, num_kv_heads: int) -> bool:
+    """The shapes the kernel runs: a power-of-two head_dim from 16 to 128 (a 64 x 256 float32 accumulator would
+    not fit its registers), whole groups of query heads."""
+    return 16 <= head_dim <= 128 and head_dim == 1 << int(math.log2(head_dim)) and num_heads % num_kv_heads == 0

@@ -1,0 +1,124 @@
+"""The Triton ragged attention kernel (kernels/cuda/triton_attention.py) against exact per-sequence SDPA.
+
+Runs on a GPU (bfloat16), and on the CPU through Triton's interpreter (TRITON_INTERPRET=1, float32) when
+Triton is installed; skipped otherwise. The graph-replay and model-level checks are in test_gpu_engine.py.
+"""
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from embedpipe.kernels.attention import AttentionSpec, TorchRaggedAttention
+from embedpipe.kernels.batch import BucketPolicy, pack
+
+pytest.importorskip("triton")
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+if DEVICE == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+    pytest.skip("Triton's interpreter is off (set TRITON_INTERPRET=1 before Python starts)", allow_module_level=True)
+
+from embedpipe.kernels.cuda.attention import TritonVarlenAttention  # noqa: E402
+from embedpipe.kernels.cuda.triton_attention import (LaunchConfig, launch_config, supports,  # noqa: E402
+                                                     varlen_attention)
+
+DTYPE = torch.bfloat16 if DEVICE == "cuda" else torch.float32
+SHAPES = [AttentionSpec(4, 4, 32, False), AttentionSpec(4, 2, 64, True), AttentionSpec(2, 1, 128, True),
+          AttentionSpec(2, 2, 128, False)]
+
+
+def _exact(spec, q, k, v, cu_seqlens):
+    """Per-sequence SDPA in float32 over every non-empty slot, the padding sequence's too (the kernel writes its
+    rows as well)."""
+    exact = TorchRaggedAttention(spec)
+    bounds = cu_seqlens.tolist()
+    exact.spans = [(a, b) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+    return exact.forward(q.float().cpu(), k.float().cpu(), v.float().cpu())
+
+
+def _qkv(spec, num_tokens, generator):
+    q = torch.randn(num_tokens, spec.num_heads, spec.head_dim, generator=generator)
+    k, v = (torch.randn(num_tokens, spec.num_kv_heads, spec.head_dim, generator=generator) for _ in range(2))
+    return (t.to(DEVICE, DTYPE) for t in (q, k, v))
+
+
+@pytest.mark.parametrize("spec", SHAPES, ids=str)
+@pytest.mark.parametrize("lengths", [[1], [16], [37], [128], [5, 70, 1, 33], [200, 3], [700]])
+def test_the_kernel_equals_exact_attention_within_each_sequence(spec, lengths):
+    """Query blocks of 16 and 32 rows, sequences shorter than a block and spanning several, key blocks cut by a
+    sequence's end, causal and bidirectional, grouped heads; padding rows and empty slots as the bucket lays them."""
+    batch = pack([[1] * n for n in lengths], BucketPolicy())
+    q, k, v = _qkv(spec, batch.key[0], torch.Generator().manual_seed(sum(lengths)))
+    max_q = 1 << (int((batch.cu_seqlens[1:] - batch.cu_seqlens[:-1]).max()) - 1).bit_length()
+    got = varlen_attention(q, k, v, batch.cu_seqlens.to(DEVICE), max_q, spec.causal, spec.scale)
+    want = _exact(spec, q, k, v, batch.cu_seqlens)
+    tol = 1e-4 if DTYPE == torch.float32 else 2e-2
+    torch.testing.assert_close(got.float().cpu(), want.cpu(), atol=tol, rtol=tol)
+
+
+def test_a_larger_bound_than_the_longest_sequence_launches_blocks_that_write_nothing():
+    """A graph keeps its key's max_q: a replayed layout's sequences may be shorter; rows outside every sequence
+    (none here: the padding sequence owns them) are never written by the blocks past a sequence's end."""
+    spec = AttentionSpec(2, 2, 32, False)
+    cu = torch.tensor([0, 10, 12, 12], dtype=torch.int32)
+    q, k, v = _qkv(spec, 12, torch.Generator().manual_seed(0))
+    small = varlen_attention(q, k, v, cu.to(DEVICE), 16, False, spec.scale)
+    large = varlen_attention(q, k, v, cu.to(DEVICE), 512, False, spec.scale)
+    torch.testing.assert_close(small, large, atol=0, rtol=0)
+
+
+def test_query_blocks_grow_with_the_longest_sequence():
+    blocks = [launch_config(n, 128).block_m for n in (16, 128, 256, 512, 1024, 8192)]
+    assert blocks == sorted(blocks) and blocks[0] == 16 and blocks[-1] >= 64
+
+
+@pytest.mark.parametrize("config", [LaunchConfig(16, 32, 4, 1), LaunchConfig(16, 64, 4, 2), LaunchConfig(32, 16, 4, 2),
+                                    LaunchConfig(64, 64, 4, 2), LaunchConfig(128, 64, 8, 3), LaunchConfig(64, 128, 4, 2)],
+                         ids=str)
+@pytest.mark.parametrize("spec", [AttentionSpec(2, 1, 64, True), AttentionSpec(2, 2, 32, False)], ids=str)
+def test_every_launch_config_gives_the_same_attention(spec, config):
+    """Query blocks larger and smaller than key blocks: the unmasked whole key blocks before a causal block's first
+    row, then the masked rest, with sequences longer than several blocks of each."""
+    batch = pack([[1] * n for n in (300, 45, 130)], BucketPolicy())
+    q, k, v = _qkv(spec, batch.key[0], torch.Generator().manual_seed(7))
+    got = varlen_attention(q, k, v, batch.cu_seqlens.to(DEVICE), 512, spec.causal, spec.scale, config)
+    want = _exact(spec, q, k, v, batch.cu_seqlens)
+    tol = 1e-4 if DTYPE == torch.float32 else 2e-2
+    torch.testing.assert_close(got.float().cpu(), want.cpu(), atol=tol, rtol=tol)
+
+
+def test_the_shapes_the_kernel_runs():
+    assert supports(32, 12, 12) and supports(64, 12, 12) and supports(128, 16, 8)
+    assert not supports(80, 8, 8)  # not a power of two
+    assert not supports(256, 8, 8)  # its accumulator would not fit the registers
+    assert not supports(64, 12, 5)  # heads not in whole groups
+    with pytest.raises(ValueError, match="head_dim 16-128"):
+        TritonVarlenAttention(AttentionSpec(8, 8, 96, False), 512)
+
+
+def test_its_graph_keys_bucket_the_longest_sequence_from_16_rows():
+    """A 16-token query is keyed (and its grid sized) by 16 rows, not by torch-varlen's 128."""
+    attn = TritonVarlenAttention(AttentionSpec(4, 4, 32, False), 512)
+    keys = [attn.graph_key(pack([[1] * n], BucketPolicy())) for n in (9, 16, 100, 300)]
+    # (padded tokens, slots, max_q): the padding sequence (55 and 48 tokens) is the longest of the first two;
+    # 300 tokens: the bucket, 512, is the model's positions
+    assert keys == [(64, 2, 64), (64, 2, 64), (128, 2, 128), (320, 2, 320)]
+
+
+def test_a_batch_longer_than_the_positions_is_refused():
+    attn = TritonVarlenAttention(AttentionSpec(4, 4, 32, False), 256)
+    with pytest.raises(ValueError, match="longer than the model's 256 positions"):
+        attn.graph_key(pack([[1] * 300], BucketPolicy()))
+
+
+def test_random_layouts_of_one_graph_key_match_exact_attention():
+    """What a replayed graph does: one grid (the key's max_q and slots) for layouts of other lengths."""
+    spec = AttentionSpec(2, 1, 64, True)
+    rng = np.random.default_rng(5)
+    for _ in range(4):
+        lengths = rng.integers(1, 60, size=int(rng.integers(1, 6))).tolist()
+        batch = pack([[1] * n for n in lengths], BucketPolicy(seq_buckets=(8,)))
+        q, k, v = _qkv(spec, batch.key[0], torch.Generator().manual_seed(int(rng.integers(1 << 30))))
+        got = varlen_attention(q, k, v, batch.cu_seqlens.to(DEVICE), 512, True, spec.scale)
+        want = _exact(spec, q, k, v, batch.cu_seqlens)
+        torch.testing.assert_close(got.float().cpu(), want.cpu(), atol=1e-4 if DTYPE == torch.float32 else 2e-2,
+                                   rtol=1e-4 if DTYPE == torch.float32 else 2e-2)
