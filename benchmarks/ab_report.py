@@ -25,7 +25,7 @@ def latency_table(data: dict) -> list[str]:
 
 
 def throughput_lines(throughput: dict) -> list[str]:
-    """The batch rows of latency_ab.py --throughput: M tokens/s and MFU (of each process's own matmul ceiling)."""
+    """The batch rows of latency_ab.py --throughput: M tokens/s and MFU (of the run's median matmul rate)."""
     if not throughput:
         return []
     systems = list(next(iter(throughput.values())))
@@ -34,7 +34,9 @@ def throughput_lines(throughput: dict) -> list[str]:
     for key, by_system in throughput.items():
         cells = [f"{v['m_tokens_per_s']:.3f} ({v['min']:.3f}-{v['max']:.3f}) | {v['mfu']:.1%}" for v in by_system.values()]
         lines.append(f"| {key} | " + " | ".join(cells) + " |")
-    return lines
+    ceiling = next(iter(next(iter(throughput.values())).values()))["ceiling_tflops"]
+    return lines + ["", f"MFU: dense FLOPs per token x tokens/s over {ceiling:.0f} TFLOP/s, the median bf16 matmul rate "
+                        "the run's processes measured."]
 
 
 def serve_table(data: dict) -> list[str]:
