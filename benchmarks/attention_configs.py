@@ -1,6 +1,7 @@
 """The Triton attention kernel's launch configurations against PyTorch's flash varlen kernel (GPU).
 
-    python benchmarks/attention_configs.py --out DIR [--shapes minilm,bert-base,qwen3-0.6b]
+    python benchmarks/attention_configs.py --out DIR [--shapes minilm,bert-base,qwen3-0.6b] [--batches 1x4096,4x2048]
+        [--configs 64x64x4x3,128x64x8x4]   # BLOCK_M x BLOCK_N x warps x stages; default: CONFIGS
 
 For each model's attention shape and each batch (sequences x tokens, laid out as the engine lays them: padded to
 its buckets, the padding sequence included), times every configuration in CONFIGS and torch-varlen as a replayed
@@ -42,7 +43,7 @@ def graph_ms(fn) -> float:
     return cuda_ms(graph.replay, 20) / CALLS
 
 
-def bench_batch(spec: AttentionSpec, num_seqs: int, length: int) -> dict:
+def bench_batch(spec: AttentionSpec, num_seqs: int, length: int, configs: list[LaunchConfig]) -> dict:
     batch = pack([[1] * length] * num_seqs, BucketPolicy())
     tokens = batch.key[0]
     q = torch.randn(tokens, spec.num_heads, spec.head_dim, device="cuda", dtype=torch.bfloat16)
@@ -56,7 +57,7 @@ def bench_batch(spec: AttentionSpec, num_seqs: int, length: int) -> dict:
     real = int(batch.cu_seqlens[batch.num_seqs])
     max_q = key[2]
     row = {"tokens": tokens, "max_q": max_q, "torch-varlen": graph_ms(lambda: varlen.forward(q, k, v)), "triton": {}}
-    for config in CONFIGS:
+    for config in configs:
         name = f"{config.block_m}x{config.block_n} w{config.num_warps} s{config.num_stages}"
         try:
             got = varlen_attention(q, k, v, cu, max_q, spec.causal, spec.scale, config)
@@ -77,13 +78,18 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--shapes", default=",".join(SPECS))
+    parser.add_argument("--batches", default=",".join(f"{n}x{length}" for n, length in BATCHES))
+    parser.add_argument("--configs", help="BLOCK_MxBLOCK_NxWARPSxSTAGES,... (default: the module's CONFIGS)")
     args = parser.parse_args()
+    batches = [tuple(int(n) for n in b.split("x")) for b in args.batches.split(",")]
+    configs = ([LaunchConfig(*(int(n) for n in c.split("x"))) for c in args.configs.split(",")] if args.configs
+               else CONFIGS)
     warm_gpu(1.0)
     results = {"environment": environment(), "calls_per_graph": CALLS, "shapes": {}}
     for name in args.shapes.split(","):
         spec = SPECS[name]
-        for num_seqs, length in BATCHES:
-            row = bench_batch(spec, num_seqs, length)
+        for num_seqs, length in batches:
+            row = bench_batch(spec, num_seqs, length, configs)
             results["shapes"].setdefault(name, {})[f"{num_seqs}x{length}"] = row
             best = row["best"]
             print(f"{name:10s} {num_seqs}x{length:<5d} varlen {row['torch-varlen'] * 1e3:8.1f} us  triton best "

@@ -153,6 +153,21 @@ def cuda_ms(fn, iters: int) -> float:
     return start.elapsed_time(end) / iters
 
 
+def two_in_flight_s(engine, batch, iters: int = 30) -> float:
+    """Seconds per batch with two in flight (the index job's steady state), after three untimed steps (eager,
+    capture, replay)."""
+    for _ in range(3):
+        engine.step(batch).result()
+    torch.cuda.synchronize()
+    start, pending = time.perf_counter(), []
+    for _ in range(iters):
+        pending.append(engine.step(batch))
+        if len(pending) == 2:
+            pending.pop(0).result()
+    pending[0].result()
+    return (time.perf_counter() - start) / iters
+
+
 def ab_systems(specs: list[str]) -> dict[str, str]:
     """--system NAME=SITE options (SITE empty: this checkout) -> {NAME: the PYTHONPATH its processes run with,
     SITE first}: A/B runs of two builds (latency_ab.py, serve_online_ab.py)."""

@@ -8,14 +8,13 @@ Peers and ceilings are measured in the same process. Embeddings are checked agai
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from common import (TransformersPeer, cuda_ms, ceilings, environment, linear_params, model_folder, percentiles,
-                    random_sequences, time_calls, write_results)
+                    random_sequences, time_calls, two_in_flight_s, write_results)
 from embedpipe.kernels.batch import BucketPolicy, pack
 from embedpipe.kernels.engine import Engine, EngineConfig
 from embedpipe.kernels.graph_cache import GraphConfig
@@ -37,16 +36,7 @@ def engine_latency(engine: Engine, sequence: list[int]) -> dict:
 def engine_throughput(engine: Engine, sequences: list[list[int]], iters: int = 30) -> float:
     """Tokens/s with two batches in flight."""
     batch = pack(sequences, BucketPolicy())
-    for _ in range(3):
-        engine.step(batch).result()
-    torch.cuda.synchronize()
-    start, pending = time.perf_counter(), []
-    for _ in range(iters):
-        pending.append(engine.step(batch))
-        if len(pending) == 2:
-            pending.pop(0).result()
-    pending[0].result()
-    return iters * batch.num_tokens / (time.perf_counter() - start)
+    return batch.num_tokens / two_in_flight_s(engine, batch, iters)
 
 
 def peer_numbers(peer: TransformersPeer, one: list[int], many: list[list[int]]) -> dict:

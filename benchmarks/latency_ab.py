@@ -5,8 +5,11 @@
 
 A system is a name and a PYTHONPATH entry put first (empty: this checkout), so an older build installed
 with `pip install --no-deps --target SITE` runs the same script on the same model folders. With several
-attention backends, each system runs each of them (as "NAME/BACKEND"), all alternating round by round. Every process warms
-the GPU's clocks (a second of matmuls) before it times `step(batch).result()` for each model and length.
+attention backends, each system runs each of them (as "NAME/BACKEND"), all alternating round by round.
+Every process warms the GPU's clocks (a second of matmuls) before it times `step(batch).result()` for each
+model and length. Each step repeats one layout, so FlashInfer's plan (skipped for a repeated layout) costs
+nothing here; a server meets a new layout at almost every request. With --throughput the engines capture
+graphs up to that batch's tokens (as engine_bench.py's), past the index job's default 16,384.
 Writes DIR/latency-ab.json (every round, the median and the spread) and prints a table.
 """
 from __future__ import annotations
@@ -24,12 +27,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-
 def worker(folders: dict[str, str], lengths: list[int], attention: str, throughput: list[int] | None = None) -> dict:
     import numpy as np
     import torch
 
-    from common import ceilings, random_sequences, time_calls
+    from common import ceilings, random_sequences, time_calls, two_in_flight_s
     from embedpipe.kernels.batch import BucketPolicy, pack
     from embedpipe.kernels.engine import Engine, EngineConfig
     from embedpipe.kernels.graph_cache import GraphConfig
@@ -56,23 +58,10 @@ def worker(folders: dict[str, str], lengths: list[int], attention: str, throughp
         if throughput:
             num_seqs, length = throughput
             batch = pack(random_sequences(np.random.default_rng(0), num_seqs, length), BucketPolicy())
-            out[f"{name} {num_seqs}x{length} batch"] = batch_ms(engine, batch)
+            out[f"{name} {num_seqs}x{length} batch"] = two_in_flight_s(engine, batch) * 1e3  # ms per batch
         engine = None  # its graphs and buffers go before the next model loads
         torch.cuda.empty_cache()
     return out
-
-
-def batch_ms(engine, batch, iters: int = 30) -> float:
-    """Milliseconds per batch with two in flight (the index job's steady state), after its graph is captured."""
-    for _ in range(3):
-        engine.step(batch).result()
-    start, pending = time.perf_counter(), []
-    for _ in range(iters):
-        pending.append(engine.step(batch))
-        if len(pending) == 2:
-            pending.pop(0).result()
-    pending[0].result()
-    return (time.perf_counter() - start) * 1e3 / iters
 
 
 def throughput_summary(rounds: dict[str, list[dict]], flops_per_token: dict[str, float]) -> dict:

@@ -3,7 +3,9 @@
     python benchmarks/serve_online_ab.py --out DIR --model FOLDER --system before=/path/to/site --system after= \\
         [--device cuda] [--http-workers 4] [--clients 1,4,16] [--rounds 2] [--seconds 3]
 
-A system is a name and a PYTHONPATH entry put first (empty: this checkout). Per server: closed-loop clients
+A system is a name and a PYTHONPATH entry put first (empty: this checkout); `--system-env NAME:VAR=VALUE` sets a
+variable for that system's servers (e.g. EMBEDPIPE_CACHE_DIR: which measured attention choice auto runs).
+Per server: closed-loop clients
 (suite 4's, one keep-alive connection each) send one text per request: a short query (~12 tokens) as JSON
 floats and as base64, and a 512-token passage as base64; p50 / p90 / p99 and requests/s per client count.
 Then 200 requests of the first workload, one at a time, read the x-*-time headers, where the build sends them: the time of each hop.
@@ -55,11 +57,22 @@ def measure(server: Server, workloads: dict[str, list[bytes]], clients: list[int
     return out
 
 
+def system_env(specs: list[str]) -> dict[str, dict[str, str]]:
+    """--system-env NAME:VAR=VALUE options -> {NAME: {VAR: VALUE}}."""
+    env: dict[str, dict[str, str]] = {}
+    for spec in specs:
+        name, assignment = spec.split(":", 1)
+        var, value = assignment.split("=", 1)
+        env.setdefault(name, {})[var] = value
+    return env
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path)
     parser.add_argument("--model", type=Path, required=True)
     parser.add_argument("--system", action="append", default=[], help="NAME=PYTHONPATH (empty: this checkout)")
+    parser.add_argument("--system-env", action="append", default=[], help="NAME:VAR=VALUE for that system's servers")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--http-workers", type=int, default=4)
     parser.add_argument("--clients", default="1,4,16")
@@ -74,10 +87,13 @@ def main():
     workloads = {name: workloads[name] for name in args.workloads.split(",")}
     clients = [int(c) for c in args.clients.split(",")]
     systems = ab_systems(args.system)
+    extra_env = system_env(args.system_env)
+    if set(extra_env) - set(systems):
+        raise SystemExit(f"--system-env names no --system: {', '.join(sorted(set(extra_env) - set(systems)))}")
     rounds: dict[str, list[dict]] = {name: [] for name in systems}
     for r in range(args.rounds):
         for name, pythonpath in systems.items():
-            env = {"PYTHONPATH": pythonpath}
+            env = {"PYTHONPATH": pythonpath, **extra_env.get(name, {})}
             command = [sys.executable, "-m", "embedpipe.cli.main", "serve", "--model", str(args.model),
                        "--device", args.device, "--http-workers", str(args.http_workers)]
             log = Path(f"/tmp/serve-ab-{name}-{r}.log")

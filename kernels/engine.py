@@ -165,7 +165,8 @@ class Engine:
             return {}
         from embedpipe.kernels.cuda.attention_timing import measure_and_store
         layers = int(self.folder.config.get("num_hidden_layers", 12))  # attention calls in a step
-        timings, failed = measure_and_store(self.attn.spec, self.device, self.dtype, self.max_seqlen, layers)
+        timings, failed = measure_and_store(self.attn.spec, self.device, self.dtype, self.max_seqlen, layers,
+                                            self.config.graphs.max_graph_tokens)
         out = {f"attention_{tokens}_tokens_{backend}_ms": ms
                for tokens, by_backend in sorted(timings.items()) for backend, ms in by_backend.items()}
         return out | {f"attention_failed_{backend}": why for backend, why in failed.items()}

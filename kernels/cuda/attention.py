@@ -70,6 +70,7 @@ class FlashInferAttention(AttentionBackend):
         if layout == planned.layout:
             return  # its buffers hold this plan already (a plan: ~0.1-0.2 ms of a batch-1 step's host time)
         planned.copied.synchronize()  # the previous plan's pinned buffer has been copied to the device
+        planned.layout = None  # until this plan is through (a plan that raises leaves no layout to skip to)
         spec = self.spec
         planned.wrapper.plan(cu_seqlens, cu_seqlens, spec.num_heads, spec.num_kv_heads, spec.head_dim,
                              causal=spec.causal, sm_scale=spec.scale, q_data_type=self.dtype,
@@ -135,17 +136,20 @@ class TorchVarlenAttention(AttentionBackend):
 
 
 class TritonVarlenAttention(TorchVarlenAttention):
-    """Our Triton kernel (triton_attention.varlen_attention): queries in blocks of 16-64 rows, so a short batch
-    runs many blocks. Keys and plans as TorchVarlenAttention's (max_q sizes the grid and is baked into a graph), with
-    buckets from 16 rows: a 16-token query launches the blocks of 16 rows, not of 128."""
+    """Our Triton kernel (triton_attention.varlen_attention): queries in blocks of 16-64 rows. Keys and plans as
+    TorchVarlenAttention's (max_q sizes the grid and picks the launch configuration, so a graph bakes it in), with
+    buckets from 64 rows: a 16-token query (a 64-token bucket) runs blocks of 16 rows, and batches of a few short
+    queries do not split into 16- and 32-row keys, each captured apart (the server meets many such batches)."""
 
-    min_max_q = 16
+    min_max_q = 64
 
     def __init__(self, spec: AttentionSpec, max_seqlen: int):
         from embedpipe.kernels.cuda import triton_attention
 
         if not triton_attention.supports(spec.head_dim, spec.num_heads, spec.num_kv_heads):
-            raise ValueError(f"the Triton attention kernel runs head_dim 16-128 (a power of two), not {spec.head_dim}")
+            raise ValueError(f"the Triton attention kernel runs head_dim 16-128 (a power of two) and whole groups of "
+                             f"query heads, not head_dim {spec.head_dim} with {spec.num_heads} query heads on "
+                             f"{spec.num_kv_heads} key/value heads")
         super().__init__(spec, max_seqlen)
         self._kernel = triton_attention.varlen_attention
 
@@ -205,9 +209,13 @@ def candidate_backends(spec: AttentionSpec) -> list[str]:
     names = [SAFE_DEFAULT]
     if triton_attention.supports(spec.head_dim, spec.num_heads, spec.num_kv_heads):
         names.append("triton")
-    if spec.head_dim in FLASHINFER_HEAD_DIMS and importlib.util.find_spec("flashinfer"):
+    if spec.head_dim in FLASHINFER_HEAD_DIMS and flashinfer_installed():
         names += ["fa2", "fa3"]
     return names
+
+
+def flashinfer_installed() -> bool:
+    return importlib.util.find_spec("flashinfer") is not None
 
 
 def auto_choice(spec: AttentionSpec, device: torch.device, dtype: torch.dtype) -> AttentionChoice:
@@ -219,7 +227,8 @@ def auto_choice(spec: AttentionSpec, device: torch.device, dtype: torch.dtype) -
 
 def make_cuda_attention(name: str, spec: AttentionSpec, device: torch.device, dtype: torch.dtype,
                         max_seqlen: int, max_graph_tokens: int) -> AttentionBackend:
-    """name: auto | flashinfer | fa2 | fa3 | torch-varlen | triton | torch. The backend's `choice` says what runs and why.
+    """name: auto | flashinfer | fa2 | fa3 | torch-varlen | triton | torch. The backend's `choice` says what runs and
+    why.
 
     auto: per batch size, the backend `embedpipe warmup` measured fastest here (attention_choice.py), else
     PyTorch's flash varlen kernel, the one ragged kernel that runs every head_dim here (32 included).

@@ -23,7 +23,7 @@ LOG2_E = 1.4426950408889634
 
 
 @triton.jit
-def _attend(q, K, V, start, kv_head, stride_kt, stride_kh, stride_vt, stride_vh, rows, dims, best, total, acc,
+def _attend(q, K, V, kv_head, stride_kt, stride_kh, stride_vt, stride_vh, rows, dims, best, total, acc,
             keys_begin, keys_end, scale_log2, MASKED: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr):
     """Online softmax over keys [keys_begin, keys_end) in blocks of BLOCK_N; MASKED: the last block may pass the
     sequence's end and (CAUSAL) some keys follow some rows. Returns the updated (best, total, acc)."""
@@ -31,13 +31,13 @@ def _attend(q, K, V, start, kv_head, stride_kt, stride_kh, stride_vt, stride_vh,
         cols = key_start + tl.arange(0, BLOCK_N)  # [BLOCK_N] key positions
         if MASKED:
             col_ok = cols < keys_end
-            k = tl.load(K + (start + cols)[None, :] * stride_kt + kv_head * stride_kh + dims[:, None],
+            k = tl.load(K + cols[None, :] * stride_kt + kv_head * stride_kh + dims[:, None],
                         mask=col_ok[None, :], other=0.0)  # [HEAD_DIM, BLOCK_N]
-            v = tl.load(V + (start + cols)[:, None] * stride_vt + kv_head * stride_vh + dims[None, :],
+            v = tl.load(V + cols[:, None] * stride_vt + kv_head * stride_vh + dims[None, :],
                         mask=col_ok[:, None], other=0.0)  # [BLOCK_N, HEAD_DIM]
         else:
-            k = tl.load(K + (start + cols)[None, :] * stride_kt + kv_head * stride_kh + dims[:, None])
-            v = tl.load(V + (start + cols)[:, None] * stride_vt + kv_head * stride_vh + dims[None, :])
+            k = tl.load(K + cols[None, :] * stride_kt + kv_head * stride_kh + dims[:, None])
+            v = tl.load(V + cols[:, None] * stride_vt + kv_head * stride_vh + dims[None, :])
         scores = tl.dot(q, k) * scale_log2  # [BLOCK_M, BLOCK_N]
         if MASKED:
             visible = col_ok[None, :]
@@ -64,11 +64,14 @@ def _varlen_attention_kernel(Q, K, V, Out, CuSeqlens, stride_qt, stride_qh, stri
     first_row = block * BLOCK_M
     if first_row >= length:
         return
+    # this sequence's rows, from pointers moved in int64 (a batch's T * H * D may pass 2^31)
+    Q, K, V, Out = (Q + start.to(tl.int64) * stride_qt, K + start.to(tl.int64) * stride_kt,
+                    V + start.to(tl.int64) * stride_vt, Out + start.to(tl.int64) * stride_ot)
     rows = first_row + tl.arange(0, BLOCK_M)  # [BLOCK_M] positions in the sequence
     dims = tl.arange(0, HEAD_DIM)
     kv_head = head // GROUP
     row_ok = rows < length
-    q = tl.load(Q + (start + rows)[:, None] * stride_qt + head * stride_qh + dims[None, :],
+    q = tl.load(Q + rows[:, None] * stride_qt + head * stride_qh + dims[None, :],
                 mask=row_ok[:, None], other=0.0)  # [BLOCK_M, HEAD_DIM]
     best = tl.full([BLOCK_M], float("-inf"), tl.float32)  # running row maximum (log2 units)
     total = tl.zeros([BLOCK_M], tl.float32)  # running sum of exp2(score - best)
@@ -81,12 +84,12 @@ def _varlen_attention_kernel(Q, K, V, Out, CuSeqlens, stride_qt, stride_qh, stri
     else:
         unmasked_end = length // BLOCK_N * BLOCK_N
         keys_end = length
-    best, total, acc = _attend(q, K, V, start, kv_head, stride_kt, stride_kh, stride_vt, stride_vh, rows, dims,
+    best, total, acc = _attend(q, K, V, kv_head, stride_kt, stride_kh, stride_vt, stride_vh, rows, dims,
                                best, total, acc, 0, unmasked_end, scale_log2, False, CAUSAL, BLOCK_N)
-    best, total, acc = _attend(q, K, V, start, kv_head, stride_kt, stride_kh, stride_vt, stride_vh, rows, dims,
+    best, total, acc = _attend(q, K, V, kv_head, stride_kt, stride_kh, stride_vt, stride_vh, rows, dims,
                                best, total, acc, unmasked_end, keys_end, scale_log2, True, CAUSAL, BLOCK_N)
     out = acc / total[:, None]
-    tl.store(Out + (start + rows)[:, None] * stride_ot + head * stride_oh + dims[None, :],
+    tl.store(Out + rows[:, None] * stride_ot + head * stride_oh + dims[None, :],
              out.to(Out.dtype.element_ty), mask=row_ok[:, None])
 
 
@@ -98,7 +101,7 @@ class LaunchConfig:
     num_stages: int
 
 
-def launch_config(max_q: int, head_dim: int) -> LaunchConfig:
+def launch_config(max_q: int) -> LaunchConfig:
     """Read off benchmarks/attention_configs.py on the H200 (2026-12-04; MiniLM, BERT-base and Qwen3-0.6B shapes,
     batches 1x16 to 64x512 and 1x4096): query blocks of 64 rows were fastest or within ~10% of it everywhere but a
     16-token query (max_q 64: blocks of 16, Qwen3 3.3 vs 4.0 us), and 3 stages from max_q 256 (Qwen3 1x4096
@@ -109,14 +112,16 @@ def launch_config(max_q: int, head_dim: int) -> LaunchConfig:
 
 
 def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor, max_q: int,
-                     causal: bool, scale: float, config: LaunchConfig | None = None) -> torch.Tensor:
+                     causal: bool, scale: float, config: LaunchConfig | None = None,
+                     out: torch.Tensor | None = None) -> torch.Tensor:
     """q [T, H, D], k and v [T, Hkv, D] (H a multiple of Hkv, D a power of two), cu_seqlens [slots + 1] int32 on the
-    device, max_q >= the longest sequence -> [T, H, D]: each row attends to its own sequence's rows (causal: to
-    those up to itself). Rows outside every sequence are left unwritten. config: launch_config's by default."""
+    device, max_q >= the longest sequence -> out [T, H, D] (a new tensor by default): each row attends to its own
+    sequence's rows (causal: to those up to itself). Rows outside every sequence are left unwritten. config:
+    launch_config's by default."""
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     num_heads, head_dim = q.shape[1:]
-    config = config or launch_config(max_q, head_dim)
-    out = torch.empty_like(q)
+    config = config or launch_config(max_q)
+    out = torch.empty_like(q) if out is None else out
     grid = (triton.cdiv(max_q, config.block_m), cu_seqlens.shape[0] - 1, num_heads)
     _varlen_attention_kernel[grid](
         q, k, v, out, cu_seqlens, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),

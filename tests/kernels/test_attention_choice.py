@@ -1,6 +1,5 @@
 """attention="auto": the table `embedpipe warmup` stores, the choice read from it, and the dispatch per batch
 size (CPU: the CUDA kernels are measured on the H200, tests/kernels/test_gpu_engine.py)."""
-import importlib.util
 import json
 
 import pytest
@@ -70,12 +69,12 @@ def test_the_backends_measured_per_shape(monkeypatch):
     """torch-varlen runs every shape; our Triton kernel power-of-two head dims up to 128 (MiniLM's 32 too);
     FlashInfer 64, 128 and 256 where it is installed."""
     pytest.importorskip("triton")
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object() if name == "flashinfer" else None)
+    monkeypatch.setattr(cuda_attention, "flashinfer_installed", lambda: True)
     assert candidate_backends(AttentionSpec(12, 12, 32, False)) == [SAFE_DEFAULT, "triton"]
     assert candidate_backends(AttentionSpec(16, 8, 128, True)) == [SAFE_DEFAULT, "triton", "fa2", "fa3"]
     assert candidate_backends(AttentionSpec(8, 8, 256, True)) == [SAFE_DEFAULT, "fa2", "fa3"]
     assert candidate_backends(AttentionSpec(8, 8, 96, True)) == [SAFE_DEFAULT]
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(cuda_attention, "flashinfer_installed", lambda: False)
     assert candidate_backends(AttentionSpec(16, 8, 128, True)) == [SAFE_DEFAULT, "triton"]
 
 
