@@ -83,7 +83,16 @@ def header(results: dict) -> list[str]:
             "figure is the median of the rounds [min-max], a ratio (how many times better ours is) is taken round "
             f"by round. Runs, {RUNS_ORDER}:", "",
             *[f"- `{r['command']}`: {', '.join(r['models'])}, {r['seconds']:.0f} s" for r in results.get("runs", [])],
-            ""]
+            "", *attention_lines(results["models"])]
+
+
+def attention_lines(models: dict) -> list[str]:
+    """The attention backend ours ran per model: what `embedpipe warmup` measured at the run's start (runs before
+    2026-12-04 made no warmup: ours ran torch-varlen, FlashInfer not carried)."""
+    measured = [f"{name}: {entry['attention']}" if entry.get("attention") else
+                f"{name}: the warmup failed (results.json has its error), so the safe default ran"
+                for name, entry in models.items() if entry.get("attention") or entry.get("attention_error")]
+    return ["Attention after `embedpipe warmup`: " + "; ".join(measured) + ".", ""] if measured else []
 
 
 def markdown(results: dict) -> str:

@@ -17,7 +17,9 @@ Suites (each module's docstring says how it measures):
   indexing  5. `embedpipe index` against the script a user would write (st_index.py), Parquet to FAISS
                                                                                               (suite_indexing.py)
 
-Every timed system runs in its own fresh process on inputs from a file (isolation.py); before each timed series
+On the GPU each model first gets `embedpipe warmup`, as a user runs it once per machine: ours then runs the
+attention backend it measured fastest per batch size (recorded as the model's "attention"). Every timed system
+runs in its own fresh process on inputs from a file (isolation.py); before each timed series
 the GPU is warmed and its clocks recorded; ours and each peer alternate over `rounds` rounds and every figure is
 the median of the rounds with their range; ratios are taken round by round within this run. Models:
 all-MiniLM-L6-v2 (real weights) and random-weight BERT-base, Qwen3-0.6B (causal, last token) and pplx-embed-0.6B
@@ -31,6 +33,7 @@ import argparse
 import json
 import os
 import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -85,6 +88,31 @@ def model_info(folder: Path, device: str) -> dict:
             "weight_bytes": params * (2 if device.startswith("cuda") else 4), "pooling": spec.pooling}
 
 
+def measure_attention(folder: Path, cache: Path) -> dict:
+    """On CUDA, what a user runs once per machine before a job: `embedpipe warmup`, which times the attention
+    backends on the model's shape and stores the fastest per batch size in `cache` (EMBEDPIPE_CACHE_DIR, set for
+    every process of the run), so ours runs that measured choice. -> {"attention": what auto runs and why,
+    "attention_timings_ms": {"<tokens> <backend>": ms}}; the warmup's last lines in "attention_error" if it failed."""
+    done = subprocess.run([sys.executable, "-m", "embedpipe.cli.main", "warmup", "--model", str(folder)],
+                          env={**os.environ, "EMBEDPIPE_CACHE_DIR": str(cache)}, capture_output=True, text=True)
+    if done.returncode:
+        return {"attention_error": done.stderr[-2000:]}
+    return warmup_attention(done.stderr)
+
+
+def warmup_attention(printed: str) -> dict:
+    """`embedpipe warmup`'s lines ("attention_128_tokens_triton_ms: 0.023", "attention: triton (measured ...)")
+    -> measure_attention's record."""
+    record: dict = {"attention_timings_ms": {}}
+    for line in printed.splitlines():
+        name, _, value = line.strip().partition(": ")
+        if name == "attention":
+            record["attention"] = value
+        elif match := re.fullmatch(r"attention_(\d+)_tokens_(.+)_ms", name):
+            record["attention_timings_ms"][f"{match[1]} {match[2]}"] = float(value)
+    return record
+
+
 def attempt(result: dict, suite: str, fn):
     """fn(); a suite that fails or no longer fits the budget is recorded, and the others still run."""
     try:
@@ -124,6 +152,11 @@ def bench_model(ctx: ModelRun, suites: list[str], after_suite) -> dict:
     short keeps what it measured."""
     result = {**ctx.info, "seconds": {}}
     start = time.perf_counter()
+    if ctx.device.startswith("cuda"):
+        result |= measure_attention(ctx.folder, Path(os.environ["EMBEDPIPE_CACHE_DIR"]))
+        result["seconds"]["warmup"] = time.perf_counter() - start
+        print(f"{ctx.name}: attention {result.get('attention') or result.get('attention_error')}", flush=True)
+        start = time.perf_counter()
     runs = start_suites(ctx, suites, result)
     result["seconds"]["start"] = time.perf_counter() - start
     print(f"{ctx.name}: started in {result['seconds']['start']:.0f} s", flush=True)
@@ -204,6 +237,8 @@ def main() -> None:
     with torch.device(device):  # random weights drawn on the GPU: seconds
         folders = {name: model_folder(name, args.cache) for name in models}
     with tempfile.TemporaryDirectory() as work:
+        # the attention choice each model's warmup measures (bench_model), read by every process the run starts
+        os.environ["EMBEDPIPE_CACHE_DIR"] = str(Path(work) / "embedpipe-cache")
         for name in models:
             def after_suite(entry, name=name):
                 results["models"][name] = entry
