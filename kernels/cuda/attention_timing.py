@@ -1,14 +1,14 @@
 """Times the CUDA attention backends on one attention shape: what `embedpipe warmup` stores (attention_choice.py).
 
 Each backend runs each measured size as the engine runs it: planned on the host, captured in a CUDA graph with one
-layout of sequences, then replayed after a plan of another layout of the same graph key. A backend whose replay
-differs from its eager run on that layout (per row cosine below 0.999), or that fails, is left out.
+layout of sequences, then replayed after a plan of another layout of the same graph key (eagerly past the engine's
+graph limit, as the engine runs such a batch). A backend whose first layer's output on that layout differs from
+its eager run (per row cosine below 0.999), or that fails, is left out.
 
 A timed step is what a step of the engine adds for its attention: the host plan of a new layout (the layouts
-alternate, so no plan is skipped), the cu_seqlens copy, then a graph of the model's `layers` attention calls (run
-eagerly past the engine's graph limit, as the engine runs such a batch). So a
-backend whose plan costs host time (FlashInfer's: ~0.26 ms a BERT-base 1 x 128 step, 2026-12-01) pays it where the
-device would wait for it, at small batches, and not at large ones, where the device's work hides it.
+alternate, so no plan is skipped), the cu_seqlens copy, then the model's `layers` attention calls. So a backend
+whose plan costs host time (FlashInfer's: ~0.26 ms a BERT-base 1 x 128 step, 2026-12-01) pays it where the device
+would wait for it, at small batches, and not at large ones, where the device's work hides it.
 """
 from __future__ import annotations
 
