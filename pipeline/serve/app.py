@@ -190,20 +190,27 @@ class EmbedServer:
             self.metrics.admitted(-1)
 
     async def _run(self, request: Request, work, times: RequestTimes) -> bytes:
-        """work(body, times), cancelled (its queued sequences dropped) as soon as the client disconnects."""
+        """work(body, times), cancelled (its queued sequences dropped) as soon as the client disconnects. It runs in
+        this task, not one of its own: a task and asyncio.wait cost two more turns of the loop per request."""
         body = await self._read_body(request)
-        task = asyncio.ensure_future(work(body, times))
+        this, working = asyncio.current_task(), [True]
+
+        def client_went(_) -> None:  # a later turn of the loop: the work may have ended meanwhile
+            if working[0]:
+                this.cancel()
+
         gone = asyncio.ensure_future(_disconnected(request))
+        gone.add_done_callback(client_went)
         try:
-            await asyncio.wait((task, gone), return_when=asyncio.FIRST_COMPLETED)
+            return await work(body, times)
+        except asyncio.CancelledError:
+            if gone.done() and not gone.cancelled():  # client_went cancelled it: not the timeout, not a shutdown
+                this.uncancel()
+                raise ClientGone() from None
+            raise
         finally:  # also on the timeout, which cancels this coroutine
+            working[0] = False
             gone.cancel()
-            if not task.done():
-                task.cancel()
-                task.add_done_callback(_retrieve)
-        if not task.done():  # cancelled above: the client went first
-            raise ClientGone()
-        return task.result()
 
     async def _read_body(self, request: Request) -> bytes:
         limit = self.max_body_bytes
@@ -362,11 +369,6 @@ async def _disconnected(request: Request) -> None:
     """Returns when the client disconnects (the body is read: uvicorn's next message is the disconnect)."""
     while (await request.receive())["type"] != "http.disconnect":
         pass
-
-
-def _retrieve(task: asyncio.Task) -> None:  # a cancelled request's error is nobody's to report
-    if not task.cancelled():
-        task.exception()
 
 
 def chunks_of_chars(texts: list[str], chunk_chars: int, max_text_chars: int):

@@ -7,17 +7,19 @@ keeps the engine, its scheduler, the index and the metrics, and spawns N HTTP pr
 runs the same app (app.py) with its own event loop and tokenizer threads, and sends token ids
 here over a connection of its own. Each HTTP process listens on a socket of its own bound to the
 same port (SO_REUSEPORT): the kernel spreads connections over them (with one shared socket, the
-first process to accept took every keep-alive connection). A bridge thread per HTTP process
-submits its token ids to the one Scheduler, so every process's requests share the same
-token-budget batches.
+first process to accept took every keep-alive connection). The engine thread reads each HTTP process's
+requests pipe itself (Scheduler.watch: between batches, and at once while idle) and submits its token ids to the one
+Scheduler, so every process's requests share the same token-budget batches, and a request reaches the batcher with
+one wake-up (a bridge thread per HTTP process, waking the engine thread in turn, cost ~0.15 ms more a request on the
+H200's host, benchmarks/results/2026-12-04-h200-request-path).
 
-Messages (wire.py: one frame each, no pickling on the request path), HTTP process -> here: EMBED (rid, token
-ids end to end as int32, lengths), CANCEL (rid), and pickled ones: ("listening",) once its socket accepts
+Messages (wire.py: one frame each, no pickling on the request path), HTTP process -> here: EMBED (rid, the time it
+was sent, token ids end to end as int32, lengths), CANCEL (rid), and pickled ones: ("listening",) once its socket accepts
 connections, ("search", rid, queries, k), ("rerank", rid, token ids, token types), ("metrics", rid),
 ("metrics_update", *RemoteMetrics.take()) every FLUSH_S. Here -> HTTP process: VECTORS (rid, float32 [n, width],
 Job.times), or a pickled (rid, result): the hits, a rerank's (scores [n], Job.times), the metrics text or an
-exception. Requests and replies travel on two one-way pipes (link()); an HTTP process reads its replies on its event
-loop.
+exception. EMBED and CANCEL travel on the jobs pipe, which the engine thread reads; the rest on the control pipe,
+which a bridge thread reads; replies on a third (link()), which an HTTP process reads on its event loop.
 """
 from __future__ import annotations
 
@@ -61,42 +63,72 @@ class HttpProcessDied(JobFault):
 # ---- the engine process ----
 
 class FrontBridge:
-    """Serves one HTTP process's messages on a thread of the engine process."""
+    """One HTTP process's messages. Its jobs pipe (embed, cancel) is read on the engine thread as it comes
+    (Scheduler.watch); its control pipe (everything else: searches, reranks, metrics) on a thread of its own, so
+    that those never wait for a batch to end."""
 
-    def __init__(self, end: tuple[Connection, Connection], backend: LocalBackend, searches: ThreadPoolExecutor):
-        (self.requests, self.replies), self.backend, self.searches = end, backend, searches
+    def __init__(self, end: tuple[Connection, Connection, Connection], backend: LocalBackend,
+                 searches: ThreadPoolExecutor):
+        (self.jobs, self.control, self.replies), self.backend, self.searches = end, backend, searches
         self.listening = threading.Event()
-        self._send_lock = threading.Lock()  # replies come from the engine thread and search threads
+        self.jobs_closed = threading.Event()  # the HTTP process is gone: its jobs pipe is no longer read
+        self._send_lock = threading.Lock()  # replies come from the engine threads and the search threads
         self._jobs_lock = threading.Lock()
-        self._jobs: dict[int, Job] = {}  # embed requests not yet answered, for "cancel"
-        self.thread = threading.Thread(target=self._run, name="embedpipe-http-bridge", daemon=True)
+        self._jobs: dict[int, Job] = {}  # embed and rerank requests not yet answered, for "cancel"
+        os.set_blocking(self.jobs.fileno(), False)
+        self._jobs_reader = wire.FrameReader(self.jobs.fileno())
+        backend.scheduler.watch(self.jobs.fileno(), self._read_jobs)
+        self.thread = threading.Thread(target=self._read_control, name="embedpipe-http-bridge", daemon=True)
         self.thread.start()
 
-    def _run(self) -> None:
+    def close(self, timeout: float) -> None:
+        """Once the HTTP process has exited: until both its pipes' readers have seen the end."""
+        self.jobs_closed.wait(timeout)
+        self.thread.join(timeout)
+
+    def _read_jobs(self) -> bool:
+        """On the engine thread, once the jobs pipe is readable: submits or cancels as each message says; False once
+        the HTTP process is gone (its unanswered jobs are cancelled)."""
         try:
-            while True:
-                message = wire.decode(self.requests.recv_bytes())
-                try:
-                    self._handle(*message)
-                except Exception as error:  # noqa: BLE001 - that request fails; this HTTP process goes on
-                    if message[0] in ("embed", "rerank", "search", "metrics"):
-                        self._reply(message[1], error)
-                    else:
-                        traceback.print_exc()
-        except (EOFError, OSError):  # the HTTP process is gone
-            pass
+            frames = self._jobs_reader.read()
+        except OSError:
+            frames, self._jobs_reader.closed = [], True
+        for frame in frames:
+            self._serve_message(wire.decode(frame))
+        if not self._jobs_reader.closed:
+            return True
         with self._jobs_lock:
             for job in self._jobs.values():
                 job.cancel()
+        self.jobs_closed.set()
+        return False
+
+    def _read_control(self) -> None:
+        try:
+            while True:
+                self._serve_message(wire.decode(self.control.recv_bytes()))
+        except (EOFError, OSError):  # the HTTP process is gone
+            pass
+
+    def _serve_message(self, message: tuple) -> None:
+        try:
+            self._handle(*message)
+        except Exception as error:  # noqa: BLE001 - that request fails; this HTTP process goes on
+            if message[0] in ("embed", "rerank", "search", "metrics"):
+                self._reply(message[1], error)
+            else:
+                traceback.print_exc()
 
     def _handle(self, kind: str, *args) -> None:
         if kind == "listening":
             self.listening.set()
         elif kind == "embed":
-            rid, sequences = args
+            rid, sent, sequences = args
             with self._jobs_lock:  # held until the job is listed, so its reply cannot come first
                 try:
-                    self._jobs[rid] = self.backend.scheduler.submit_with(sequences, partial(self._embedded, rid))
+                    job = self.backend.scheduler.submit_with(sequences, partial(self._embedded, rid))
+                    job.submitted = sent  # the queue time counts the hop from the HTTP process
+                    self._jobs[rid] = job
                 except SchedulerClosed as error:
                     self._reply(rid, error)
         elif kind == "rerank":
@@ -168,20 +200,25 @@ def _picklable(error: Exception) -> Exception:
         return RuntimeError(f"{type(error).__name__}: {error}")
 
 
-REPLIES_PIPE_BYTES = 1 << 20  # the engine thread writes replies without waiting for a busy HTTP process's loop
+PIPE_BYTES = 1 << 20  # each side writes without waiting for the reader's next turn
+INLINE_SEND_BYTES = 1 << 16  # an HTTP process sends larger requests from a thread: its loop never waits on the pipe
 
 
-def link(context=multiprocessing) -> tuple[tuple[Connection, Connection], tuple[Connection, Connection]]:
-    """Two one-way pipes between the engine process and one HTTP process: (the engine's end: requests in, replies
-    out), (the HTTP process's end: requests out, replies in). The replies pipe holds 1 MiB (Linux; 64 KiB by
-    default, ~40 MiniLM vectors), as the HTTP process reads it on its event loop, between requests."""
-    requests_in, requests_out = context.Pipe(duplex=False)
+def link(context=multiprocessing) -> tuple[tuple[Connection, Connection, Connection],
+                                          tuple[Connection, Connection, Connection]]:
+    """Three one-way pipes between the engine process and one HTTP process: (the engine's end: jobs in, control in,
+    replies out), (the HTTP process's end: jobs out, control out, replies in). The jobs and replies pipes hold 1 MiB
+    (Linux; 64 KiB by default, ~40 MiniLM vectors): the engine thread reads jobs between batches, and the HTTP
+    process reads replies on its event loop."""
+    jobs_in, jobs_out = context.Pipe(duplex=False)
+    control_in, control_out = context.Pipe(duplex=False)
     replies_in, replies_out = context.Pipe(duplex=False)
-    try:
-        fcntl.fcntl(replies_out.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), REPLIES_PIPE_BYTES)
-    except OSError:  # above the system's pipe-max-size: the default stays
-        pass
-    return (requests_in, replies_out), (requests_out, replies_in)
+    for connection in (jobs_out, replies_out):
+        try:
+            fcntl.fcntl(connection.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_BYTES)
+        except OSError:  # above the system's pipe-max-size: the default stays
+            pass
+    return (jobs_in, control_in, replies_out), (jobs_out, control_out, replies_in)
 
 
 def serve_with_fronts(config: ServeConfig, model: ServedModel, backend: LocalBackend,
@@ -213,7 +250,7 @@ def serve_with_fronts(config: ServeConfig, model: ServedModel, backend: LocalBac
         process.start()
         for connection in there:
             connection.close()
-        bridges.append(FrontBridge(here, backend, searches))  # serves on its own thread
+        bridges.append(FrontBridge(here, backend, searches))
     if stop.is_set():  # the signal came while they started: also stop one started after on_signal ran
         on_signal()
     dead, announced = [], False
@@ -238,8 +275,8 @@ def serve_with_fronts(config: ServeConfig, model: ServedModel, backend: LocalBac
         if process.is_alive():
             process.kill()
             process.join()
-    for bridge in bridges:  # each ends at its connection's end and cancels what it had left unanswered; a bridge
-        bridge.thread.join(10)  # still running at interpreter exit would free the engine there (and abort in C++)
+    for bridge in bridges:  # each ends at its pipes' end and cancels what it had left unanswered; a bridge thread
+        bridge.close(10)  # still running at interpreter exit would free the engine there (and abort in C++)
     backend.close()
     searches.shutdown()
     for listener in listeners:
@@ -267,10 +304,10 @@ class RemoteBackend:
 
     failure = None  # the engine process watches its engine thread and stops every HTTP process
 
-    def __init__(self, end: tuple[Connection, Connection]):
-        self.requests, self.replies = end
+    def __init__(self, end: tuple[Connection, Connection, Connection]):
+        self.jobs, self.control, self.replies = end
         self.metrics = RemoteMetrics(self)
-        self._send_lock = threading.Lock()  # sends come from the event loop and from pool threads
+        self._send_locks = {self.jobs: threading.Lock(), self.control: threading.Lock()}  # the loop and pool threads
         self._ids = itertools.count()
         self._waiting: dict[int, Callable] = {}  # request id -> settle(result)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -296,24 +333,32 @@ class RemoteBackend:
             pass
 
     def send(self, *message) -> None:
-        """A message other than embed and cancel, pickled."""
-        self._send(wire.pickled_message(*message))
+        """A message other than embed and cancel, pickled, on the control pipe."""
+        self._send(self.control, wire.pickled_message(*message))
 
-    def _send(self, frame: bytes) -> None:
-        with self._send_lock:
-            self.requests.send_bytes(frame)
+    def _send(self, pipe: Connection, frame: bytes) -> None:
+        with self._send_locks[pipe]:
+            pipe.send_bytes(frame)
 
     async def embed(self, sequences: list[list[int]]) -> tuple[np.ndarray, tuple[float, float]]:
-        """The embeddings [len(sequences), width] and the engine's (queue, inference) seconds for them."""
+        """The embeddings [len(sequences), width] and the (queue, inference) seconds for them: from sending them to
+        their first batch's launch (the engine process's clock is this one: perf_counter is CLOCK_MONOTONIC), then
+        to the reply's arrival here."""
         rid = next(self._ids)
         future = self._loop.create_future()
         self._waiting[rid] = partial(settle, future)  # on the loop (_receive)
         try:
-            self._send(wire.embed_message(rid, sequences))
-            return await future
+            sent = time.perf_counter()
+            frame = wire.embed_message(rid, sent, sequences)
+            if len(frame) > INLINE_SEND_BYTES:  # the pipe may be full until the engine thread's next read
+                await self._loop.run_in_executor(None, self._send, self.jobs, frame)
+            else:
+                self._send(self.jobs, frame)
+            vectors, (queue, _) = await future
+            return vectors, (queue, time.perf_counter() - sent - queue)
         finally:
             if self._waiting.pop(rid, None) is not None:  # unanswered (a timeout): drop its unbatched sequences
-                self._send(wire.cancel_message(rid))
+                self._send(self.jobs, wire.cancel_message(rid))
 
     def call(self, kind: str, *args):
         """A round trip, from a pool thread: the engine process's answer, or its error raised here."""
@@ -337,7 +382,7 @@ class RemoteBackend:
             return await future
         finally:
             if self._waiting.pop(rid, None) is not None:  # unanswered (a timeout): drop its unbatched pairs
-                self._send(wire.cancel_message(rid))
+                self._send(self.control, wire.cancel_message(rid))  # after the rerank, on its pipe
 
     def _receive(self) -> None:
         """On the loop, once the replies pipe is readable: settles each request whose reply is complete."""

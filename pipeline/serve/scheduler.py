@@ -1,8 +1,10 @@
 """The server's engine thread: requests' sequences, first in first out, merged into token-budget batches.
 
 The event loop calls `submit()` (never blocks) and awaits the job's future; other threads call
-`submit_with()` and get the result through a callback (the HTTP front processes' bridges,
-fronts.py). One engine thread owns the Engine: it moves queued sequences into a TokenBudgetBatcher one batch
+`submit_with()` and get the result through a callback. `watch(fd, on_readable)` has the engine thread itself read a
+file descriptor between batches and while idle: the HTTP front processes' pipes (fronts.py), so that a request from
+another process reaches the batcher without a second thread's wake-up (a bridge thread that received it and woke
+this one cost ~0.1-0.2 ms a request on the H200's host). One engine thread owns the Engine: it moves queued sequences into a TokenBudgetBatcher one batch
 ahead, so a large request is cut into chunks that share batches with the requests behind it, keeps up to
 `max_in_flight` batches in flight (batching/in_flight.py, which also splits a batch that runs out of
 memory; 2 by default: the CPU packs and launches batch N+1 while the device runs batch N, TEI's
@@ -12,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
+import selectors
 import threading
 import time
 import weakref
@@ -79,8 +83,15 @@ class Scheduler:
         self._tokens_batched = 0  # real tokens in the batcher
         self._inbox: deque[Job] = deque()
         self._batched: weakref.WeakSet[Job] = weakref.WeakSet()  # jobs with sequences in the batcher or in flight
-        self._wake = threading.Event()
+        # the engine thread waits on these: its wake-up pipe (a byte per submit from another thread) and the watched fds
+        self._selector = selectors.DefaultSelector()
+        self._wake_read, self._wake_write = os.pipe()
+        for fd in (self._wake_read, self._wake_write):
+            os.set_blocking(fd, False)
+        self._selector.register(self._wake_read, selectors.EVENT_READ)
+        self._new_watches: deque[tuple[int, Callable[[], bool]]] = deque()
         self._closing = False
+        self._close_called = False
         self.failed: BaseException | None = None  # what stopped the engine thread, if anything did
         self._thread = threading.Thread(target=self._run, name="embedpipe-engine", daemon=True)
         self._thread.start()
@@ -102,14 +113,28 @@ class Scheduler:
         out = np.empty((len(sequences), self.engine.output.width), dtype=self.engine.output.numpy_dtype)
         job = Job(sequences, out, on_done, token_types=token_types)
         self._inbox.append(job)
-        self._wake.set()
+        if threading.get_ident() != self._thread.ident:  # a watched fd's reader, on the engine thread, needs none
+            self._wake()
         return job
+
+    def watch(self, fd: int, on_readable: Callable[[], bool]) -> None:
+        """From any thread: the engine thread calls `on_readable()` whenever fd is readable (between batches, and as
+        soon as it is while idle) until it returns False (fd is done: no longer watched). It runs on the engine
+        thread, so it must not block: read what is there, submit, hand slow work to another thread."""
+        self._new_watches.append((fd, on_readable))
+        self._wake()
 
     def close(self, timeout: float | None = None) -> None:
         """Takes no new jobs, finishes every queued one, and stops the engine thread."""
-        self._closing = True
-        self._wake.set()
+        self._closing = self._close_called = True
+        self._wake()
         self._thread.join(timeout)
+
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_write, b"\0")
+        except BlockingIOError:  # the pipe is full of wake-ups already
+            pass
 
     def _run(self) -> None:
         try:
@@ -121,6 +146,15 @@ class Scheduler:
                 if not job.cancelled and job.remaining:
                     job.cancel()
                     job.on_done(closed)
+            while self._watching() and not self._close_called:  # later requests get SchedulerClosed from submit
+                self._poll(None)
+        finally:
+            self._selector.close()
+            os.close(self._wake_read)
+            os.close(self._wake_write)
+
+    def _watching(self) -> bool:
+        return len(self._selector.get_map()) > 1 or bool(self._new_watches)  # more than the wake-up pipe
 
     @property
     def failure(self) -> str | None:
@@ -134,6 +168,7 @@ class Scheduler:
         while True:
             while in_flight and in_flight.oldest_done():
                 self._read_oldest()
+            self._poll(0)
             self._fill()
             batch = self._next_batch() if not in_flight.full else None
             if batch is not None:
@@ -146,11 +181,20 @@ class Scheduler:
             elif self._closing and not self._inbox:
                 return
             else:
-                self._sleep()
+                self._poll(None)
 
-    def _sleep(self) -> None:
-        self._wake.wait()
-        self._wake.clear()  # the next pass re-reads the inbox, so a wake-up between wait and clear is not lost
+    def _poll(self, timeout: float | None) -> None:
+        """Runs the watched fds' readers that have something to read; waits up to `timeout` seconds (None: until a
+        submit, a close or a watched fd wakes it). Wake-ups are drained after the wait, and the next pass re-reads
+        the inbox, so a submit during this call is not lost."""
+        while self._new_watches:
+            fd, on_readable = self._new_watches.popleft()
+            self._selector.register(fd, selectors.EVENT_READ, on_readable)
+        for key, _ in self._selector.select(timeout):
+            if key.data is None:
+                _drain(key.fd)
+            elif key.data() is False:
+                self._selector.unregister(key.fd)
 
     def _fill(self) -> None:
         """Moves queued sequences into the batcher until it holds one full batch."""
@@ -216,6 +260,14 @@ class Scheduler:
             if not job.cancelled and job.remaining:  # a job an out-of-memory half completed has its answer
                 job.cancel()
                 job.on_done(error)
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 4096):
+            pass
+    except BlockingIOError:
+        pass
 
 
 def settle_in_loop(loop: asyncio.AbstractEventLoop, future: asyncio.Future, result) -> None:

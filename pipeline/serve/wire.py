@@ -4,7 +4,8 @@ float32 vectors out, no pickling on the request path.
 A message is one `Connection.send_bytes()` frame (a Unix socket: `multiprocessing.Pipe`); its first byte
 says what it is:
 
-    EMBED    HTTP -> engine  <B q I>: rid, n; lengths int32 [n]; token ids int32 [sum(lengths)], end to end
+    EMBED    HTTP -> engine  <B q d I>: rid, sent (perf_counter s), n; lengths int32 [n]; token ids int32
+             [sum(lengths)], end to end
     CANCEL   HTTP -> engine  <B q>: rid
     VECTORS  engine -> HTTP  <B q I I d d>: rid, rows, width, queue and inference seconds; float32 [rows, width]
     PICKLED  either way      a pickled tuple: the rare messages (listening, search, metrics, errors)
@@ -22,16 +23,16 @@ import struct
 import numpy as np
 
 EMBED, CANCEL, VECTORS, PICKLED = 1, 2, 3, 4
-_EMBED = struct.Struct("<BqI")
+_EMBED = struct.Struct("<BqdI")
 _CANCEL = struct.Struct("<Bq")
 _VECTORS = struct.Struct("<BqIIdd")
 
 
-def embed_message(rid: int, sequences: list) -> bytes:
-    """sequences: lists (or int arrays) of token ids."""
+def embed_message(rid: int, sent: float, sequences: list) -> bytes:
+    """sent: when the HTTP process sent it (its queue time starts there); sequences: lists (or int arrays) of ids."""
     lengths = np.fromiter(map(len, sequences), np.int32, len(sequences))
     ids = np.fromiter(itertools.chain.from_iterable(sequences), np.int32, int(lengths.sum()))
-    return b"".join((_EMBED.pack(EMBED, rid, len(sequences)), lengths.tobytes(), ids.tobytes()))
+    return b"".join((_EMBED.pack(EMBED, rid, sent, len(sequences)), lengths.tobytes(), ids.tobytes()))
 
 
 def cancel_message(rid: int) -> bytes:
@@ -49,16 +50,16 @@ def pickled_message(*message) -> bytes:
 
 
 def decode(frame: bytes) -> tuple:
-    """("embed", rid, [ids int32 [length], ...]) | ("cancel", rid) | ("vectors", rid, vectors [rows, width],
+    """("embed", rid, sent, [ids int32 [length], ...]) | ("cancel", rid) | ("vectors", rid, vectors [rows, width],
     (queue s, inference s)) | the pickled tuple."""
     kind = frame[0]
     if kind == EMBED:
-        _, rid, n = _EMBED.unpack_from(frame)
+        _, rid, sent, n = _EMBED.unpack_from(frame)
         lengths = np.frombuffer(frame, np.int32, n, _EMBED.size)
         ids = np.frombuffer(frame, np.int32, offset=_EMBED.size + 4 * n)
         if ids.shape[0] != int(lengths.sum()):
             raise ValueError(f"an embed message of {ids.shape[0]} token ids for lengths summing to {lengths.sum()}")
-        return "embed", rid, np.split(ids, np.cumsum(lengths[:-1]))
+        return "embed", rid, sent, np.split(ids, np.cumsum(lengths[:-1]))
     if kind == CANCEL:
         return "cancel", _CANCEL.unpack(frame)[1]
     if kind == VECTORS:

@@ -29,7 +29,8 @@ def linked(minilm):
     engine.gate.set()
     for connection in there:
         connection.close()
-    bridge.thread.join(10)
+    bridge.close(10)
+    assert bridge.jobs_closed.is_set() and not bridge.thread.is_alive(), "the HTTP process's end was not seen"
     local.close()
     searches.shutdown()
 
@@ -40,16 +41,20 @@ def test_embeddings_failures_timeouts_and_metrics_cross_the_link(linked, minilm)
 
     async def main():
         remote.start()
-        waiting = asyncio.create_task(asyncio.wait_for(remote.embed(sequences[:1]), 0.3))
+        first = asyncio.create_task(asyncio.wait_for(remote.embed(sequences[:1]), 0.3))
         await asyncio.sleep(0.05)
-        assert len(bridge._jobs) == 1  # the engine is gated: the job waits there
-        with pytest.raises(asyncio.TimeoutError):
-            await waiting
+        assert len(bridge._jobs) == 1  # the engine thread read it and launched it; the gated step holds it
+        second = asyncio.create_task(asyncio.wait_for(remote.embed([[101, 7777, 102]]), 0.1))
+        for waiting in (first, second):
+            with pytest.raises(asyncio.TimeoutError):
+                await waiting
+        engine.gate.set()  # the engine thread reads the second request and its cancel together, before batching
         deadline = time.monotonic() + 5
-        while bridge._jobs:  # the timeout sent "cancel": the engine process dropped the job
-            assert time.monotonic() < deadline, "the cancelled job stayed in the bridge"
+        while bridge._jobs:  # the first's late answer went nowhere; the cancelled second was dropped
+            assert time.monotonic() < deadline, "a cancelled job stayed in the bridge"
             await asyncio.sleep(0.01)
-        engine.gate.set()
+        batched = [list(job.sequences[i]) for tags in engine.batches for job, i in tags]
+        assert batched == [sequences[0]], "the cancelled request ran"
         got, (queue_seconds, inference_seconds) = await remote.embed(sequences)  # the engine's times come along
         assert got.shape == (3, 384) and queue_seconds >= 0 and inference_seconds > 0
         assert cosine(got, embed_token_ids(minilm, sequences)).min() >= 0.9999

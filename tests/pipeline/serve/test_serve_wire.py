@@ -18,8 +18,8 @@ def _through_a_pipe(frame: bytes) -> tuple:
 def test_embed_messages_carry_every_sequence_exactly():
     rng = np.random.default_rng(0)
     sequences = [rng.integers(0, 250_000, size=n).tolist() for n in (1, 7, 512, 3)]
-    kind, rid, got = _through_a_pipe(wire.embed_message(2**40 + 5, sequences))
-    assert (kind, rid) == ("embed", 2**40 + 5)
+    kind, rid, sent, got = _through_a_pipe(wire.embed_message(2**40 + 5, 1234.5678901, sequences))
+    assert (kind, rid, sent) == ("embed", 2**40 + 5, 1234.5678901)
     assert [s.tolist() for s in got] == sequences and all(s.dtype == np.int32 for s in got)
 
 
@@ -38,7 +38,7 @@ def test_cancel_and_pickled_messages():
 
 
 def test_a_short_or_unknown_frame_is_refused():
-    frame = wire.embed_message(1, [[1, 2, 3]])
+    frame = wire.embed_message(1, 0.0, [[1, 2, 3]])
     with pytest.raises(ValueError, match="token ids"):
         wire.decode(frame[:-4])
     with pytest.raises(ValueError, match="unknown message kind"):
