@@ -47,12 +47,13 @@ def serve_table(data: dict) -> list[str]:
         cells = [f"{v['p50_ms']:.2f} ({v['p50_min']:.2f}-{v['p50_max']:.2f}) | {v['requests_per_s']:,.0f}"
                  for v in by_system.values()]
         lines.append(f"| {key} | " + " | ".join(cells) + " |")
-    hops = [r["hops_ms"] for results in data["rounds"].values() for r in results if r.get("hops_ms")]
+    hops = [(f"{system} {i}", r["hops_ms"]) for system, results in data["rounds"].items()
+            for i, r in enumerate(results) if r.get("hops_ms")]
     if hops:
-        phases = list(hops[0])
+        phases = list(hops[0][1])
         lines += ["", "Server-side time per hop, ms (x-*-time headers, median of 200 sequential requests, per round):", "",
-                  "| round | " + " | ".join(phases) + " |", "|---|" + "---|" * len(phases)]
-        lines += [f"| {i} | " + " | ".join(f"{h[p]:.3f}" for p in phases) + " |" for i, h in enumerate(hops)]
+                  "| system, round | " + " | ".join(phases) + " |", "|---|" + "---|" * len(phases)]
+        lines += [f"| {name} | " + " | ".join(f"{h[p]:.3f}" for p in phases) + " |" for name, h in hops]
     return lines + [f"\n{len(next(iter(data['rounds'].values())))} round(s) per system, alternating; a fresh server "
                     "process each."]
 

@@ -10,8 +10,7 @@ same port (SO_REUSEPORT): the kernel spreads connections over them (with one sha
 first process to accept took every keep-alive connection). The engine thread reads each HTTP process's
 requests pipe itself (Scheduler.watch: between batches, and at once while idle) and submits its token ids to the one
 Scheduler, so every process's requests share the same token-budget batches, and a request reaches the batcher with
-one wake-up (a bridge thread per HTTP process, waking the engine thread in turn, cost ~0.15 ms more a request on the
-H200's host, benchmarks/results/2026-12-04-h200-request-path).
+one wake-up instead of a bridge thread's and then the engine thread's (scheduler.py says what it changed).
 
 Messages (wire.py: one frame each, no pickling on the request path), HTTP process -> here: EMBED (rid, the time it
 was sent, token ids end to end as int32, lengths), CANCEL (rid), and pickled ones: ("listening",) once its socket accepts

@@ -3,8 +3,10 @@
 The event loop calls `submit()` (never blocks) and awaits the job's future; other threads call
 `submit_with()` and get the result through a callback. `watch(fd, on_readable)` has the engine thread itself read a
 file descriptor between batches and while idle: the HTTP front processes' pipes (fronts.py), so that a request from
-another process reaches the batcher without a second thread's wake-up (a bridge thread that received it and woke
-this one cost ~0.1-0.2 ms a request on the H200's host). One engine thread owns the Engine: it moves queued sequences into a TokenBudgetBatcher one batch
+another process reaches the batcher without a second thread's wake-up (a bridge thread that received it, then
+woke this one, took 0.18 ms from the HTTP process's send to this thread's wake-up on the H200's host; reading here
+gave 16 clients' query p50 3.39 -> 2.85 ms, one client's unchanged: benchmarks/results/2026-12-04-h200-request-path).
+One engine thread owns the Engine: it moves queued sequences into a TokenBudgetBatcher one batch
 ahead, so a large request is cut into chunks that share batches with the requests behind it, keeps up to
 `max_in_flight` batches in flight (batching/in_flight.py, which also splits a batch that runs out of
 memory; 2 by default: the CPU packs and launches batch N+1 while the device runs batch N, TEI's
