@@ -131,11 +131,15 @@ class Scheduler:
         self._closing = self._close_called = True
         self._wake()
         self._thread.join(timeout)
+        if not self._thread.is_alive() and self._wake_write >= 0:  # here, not on the engine thread: a submit racing
+            os.close(self._wake_read)  # its end writes no closed (or reused) fd
+            os.close(self._wake_write)
+            self._wake_read = self._wake_write = -1
 
     def _wake(self) -> None:
         try:
             os.write(self._wake_write, b"\0")
-        except BlockingIOError:  # the pipe is full of wake-ups already
+        except OSError:  # the pipe is full of wake-ups already, or closed (-1) with the engine thread gone
             pass
 
     def _run(self) -> None:
@@ -152,8 +156,6 @@ class Scheduler:
                 self._poll(None)
         finally:
             self._selector.close()
-            os.close(self._wake_read)
-            os.close(self._wake_write)
 
     def _watching(self) -> bool:
         return len(self._selector.get_map()) > 1 or bool(self._new_watches)  # more than the wake-up pipe
