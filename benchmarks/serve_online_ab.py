@@ -4,7 +4,8 @@
         [--device cuda] [--http-workers 4] [--clients 1,4,16] [--rounds 2] [--seconds 3]
 
 A system is a name and a PYTHONPATH entry put first (empty: this checkout); `--system-env NAME:VAR=VALUE` sets a
-variable for that system's servers (e.g. EMBEDPIPE_CACHE_DIR: which measured attention choice auto runs).
+variable for that system's servers (e.g. EMBEDPIPE_CACHE_DIR: which measured attention choice auto runs), and
+`--system-args NAME:ARGS` adds serve options (e.g. `spin= --system-args "nospin:--idle-spin-us 0"`).
 Per server: closed-loop clients
 (suite 4's, one keep-alive connection each) send one text per request: a short query (~12 tokens) as JSON
 floats and as base64, and a 512-token passage as base64; p50 / p90 / p99 and requests/s per client count.
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import shlex
 import statistics
 import sys
 from pathlib import Path
@@ -73,6 +75,8 @@ def main():
     parser.add_argument("--model", type=Path, required=True)
     parser.add_argument("--system", action="append", default=[], help="NAME=PYTHONPATH (empty: this checkout)")
     parser.add_argument("--system-env", action="append", default=[], help="NAME:VAR=VALUE for that system's servers")
+    parser.add_argument("--system-args", action="append", default=[],
+                        help="NAME:ARGS, more `embedpipe serve` options for that system's servers (e.g. --idle-spin-us 0)")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--http-workers", type=int, default=4)
     parser.add_argument("--clients", default="1,4,16")
@@ -88,14 +92,16 @@ def main():
     clients = [int(c) for c in args.clients.split(",")]
     systems = ab_systems(args.system)
     extra_env = system_env(args.system_env)
-    if set(extra_env) - set(systems):
-        raise SystemExit(f"--system-env names no --system: {', '.join(sorted(set(extra_env) - set(systems)))}")
+    extra_args = {name: shlex.split(rest) for name, _, rest in (spec.partition(":") for spec in args.system_args)}
+    for option, named in (("--system-env", extra_env), ("--system-args", extra_args)):
+        if set(named) - set(systems):
+            raise SystemExit(f"{option} names no --system: {', '.join(sorted(set(named) - set(systems)))}")
     rounds: dict[str, list[dict]] = {name: [] for name in systems}
     for r in range(args.rounds):
         for name, pythonpath in systems.items():
             env = {"PYTHONPATH": pythonpath, **extra_env.get(name, {})}
             command = [sys.executable, "-m", "embedpipe.cli.main", "serve", "--model", str(args.model),
-                       "--device", args.device, "--http-workers", str(args.http_workers)]
+                       "--device", args.device, "--http-workers", str(args.http_workers), *extra_args.get(name, [])]
             log = Path(f"/tmp/serve-ab-{name}-{r}.log")
             server = Server(name, command, log, env, OURS_READY)
             try:

@@ -36,7 +36,7 @@ from embedpipe.kernels.output_dtypes import output_dtype
 from embedpipe.pipeline.batching.batcher import BatcherConfig
 from embedpipe.pipeline.errors import JobFault
 from embedpipe.pipeline.serve.auth import BearerAuth
-from embedpipe.pipeline.serve.config import ServeConfig, ServedModel, default_max_body_bytes
+from embedpipe.pipeline.serve.config import ServeConfig, ServedModel, default_max_body_bytes, spin_seconds
 from embedpipe.pipeline.serve.query import query_prompt_name
 from embedpipe.pipeline.serve.metrics import Metrics
 from embedpipe.pipeline.serve.protocol import (ApiError, Limits, check_lengths, dumps, embeddings_response,
@@ -68,18 +68,19 @@ class LocalBackend:
     engine on a second scheduler's thread (its pairs batched as the embeddings' sequences are)."""
 
     def __init__(self, engine: Engine, index, batching: BatcherConfig, max_in_flight: int = MAX_IN_FLIGHT,
-                 reranker: Engine | None = None):
+                 reranker: Engine | None = None, idle_spin_s: float = 0.0):
         self.engine, self.index, self.batching, self.max_in_flight = engine, index, batching, max_in_flight
-        self.reranker = reranker
+        self.reranker, self.idle_spin_s = reranker, idle_spin_s
         self.metrics = Metrics(engine, reranker)
         self.scheduler: Scheduler | None = None
         self.rerank_scheduler: Scheduler | None = None
 
     def start(self) -> None:
-        self.scheduler = Scheduler(self.engine, self.batching, self.metrics.batches.on_batch, self.max_in_flight)
+        self.scheduler = Scheduler(self.engine, self.batching, self.metrics.batches.on_batch, self.max_in_flight,
+                                   self.idle_spin_s)
         if self.reranker is not None:
             self.rerank_scheduler = Scheduler(self.reranker, self.batching, self.metrics.rerank_batches.on_batch,
-                                              self.max_in_flight)
+                                              self.max_in_flight, self.idle_spin_s)
 
     def close(self) -> None:
         """Finishes every queued job and stops the engine threads."""
@@ -116,7 +117,8 @@ class LocalBackend:
 
 def local_server(config: ServeConfig, engine: Engine, index=None, reranker: Engine | None = None) -> EmbedServer:
     """The app's state around an engine (and a reranker's, task "score") in this process."""
-    backend = LocalBackend(engine, index, config.batching, config.max_in_flight, reranker)
+    backend = LocalBackend(engine, index, config.batching, config.max_in_flight, reranker,
+                           spin_seconds(config, str(engine.device)))
     return EmbedServer(config, ServedModel.of(config, engine, index, reranker), backend)
 
 

@@ -35,6 +35,8 @@ class ServeConfig:
     tokenizer_threads: int = 4  # per HTTP process
     http_workers: int = 1  # HTTP processes; 1: the HTTP server runs in the engine process
     max_in_flight: int = MAX_IN_FLIGHT  # engine batches queued on the device at once
+    # microseconds the engine thread polls for requests after its last batch before it sleeps; None: spin_seconds()'s
+    idle_spin_us: int | None = None
     max_body_bytes: int | None = None  # larger request bodies get 413; None: default_max_body_bytes
     # every route but GET /health wants `Authorization: Bearer <api_key>`; None: open. Kept out of the repr
     api_key: str | None = field(default=None, repr=False)
@@ -46,6 +48,8 @@ class ServeConfig:
         for name in ("max_inputs", "max_queue", "tokenizer_threads", "http_workers", "max_in_flight"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
+        if self.idle_spin_us is not None and self.idle_spin_us < 0:
+            raise ValueError(f"idle_spin_us must be 0 or more, not {self.idle_spin_us}")
         if not 0 <= self.port <= 65535:  # a larger one listened on port % 65536 while announcing this one
             raise ValueError(f"port must be between 0 and 65535, not {self.port}")
         if self.max_input_tokens is not None and self.max_input_tokens < 1:
@@ -63,6 +67,18 @@ class ServeConfig:
             raise ValueError("a served model name (--served-model-name) must not be empty")
         if self.rerank is not None and self.rerank.task != "score":
             raise ValueError("the reranker's engine must be of task \"score\"")
+
+
+IDLE_SPIN_US = 1000  # the default with HTTP processes on a GPU
+
+
+def spin_seconds(config: ServeConfig, device: str) -> float:
+    """How long the engine thread polls after its last batch: idle_spin_us, or by default 1 ms when HTTP processes
+    feed a GPU engine (its thread is alone on the request path; a request then starts without a wake-up) and none
+    otherwise (in one process it would take the GIL from the HTTP loop; on a CPU, a core from the engine)."""
+    if config.idle_spin_us is not None:
+        return config.idle_spin_us / 1e6
+    return IDLE_SPIN_US / 1e6 if config.http_workers > 1 and device.startswith("cuda") else 0.0
 
 
 def _is_token(key: str) -> bool:

@@ -77,8 +77,11 @@ class Scheduler:
     """Owns an Engine on one thread; `submit(sequences)` from the event loop returns a Job to await."""
 
     def __init__(self, engine, batching: BatcherConfig = BatcherConfig(),
-                 on_batch: Callable[[Batch, list[float]], None] | None = None, max_in_flight: int = MAX_IN_FLIGHT):
+                 on_batch: Callable[[Batch, list[float]], None] | None = None, max_in_flight: int = MAX_IN_FLIGHT,
+                 idle_spin_s: float = 0.0):
         self.engine, self.batching = engine, batching
+        self.idle_spin_s = idle_spin_s  # after its last batch, the engine thread polls this long before it sleeps
+        self._busy_at = 0.0  # when it last launched or read a batch
         self.on_batch = on_batch  # (batch, queue seconds of the jobs it starts), on the engine thread
         self._batcher = TokenBudgetBatcher(batching)
         self._in_flight = InFlight(engine, batching.policy, self._batcher.pad_token_id, describe_sequence, max_in_flight)
@@ -185,20 +188,31 @@ class Scheduler:
             elif self._closing and not self._inbox:
                 return
             else:
-                self._poll(None)
+                self._idle()
 
-    def _poll(self, timeout: float | None) -> None:
+    def _idle(self) -> None:
+        """Nothing to launch or read: polls until idle_spin_s after the last batch (a request that comes meanwhile
+        starts on a running thread, without a wake-up), then sleeps until a submit, a close or a watched fd."""
+        until = self._busy_at + self.idle_spin_s
+        while time.perf_counter() < until:
+            if self._poll(0) or self._inbox or self._closing:
+                return
+        self._poll(None)
+
+    def _poll(self, timeout: float | None) -> bool:
         """Runs the watched fds' readers that have something to read; waits up to `timeout` seconds (None: until a
         submit, a close or a watched fd wakes it). Wake-ups are drained after the wait, and the next pass re-reads
-        the inbox, so a submit during this call is not lost."""
+        the inbox, so a submit during this call is not lost. Whether anything was readable."""
         while self._new_watches:
             fd, on_readable = self._new_watches.popleft()
             self._selector.register(fd, selectors.EVENT_READ, on_readable)
-        for key, _ in self._selector.select(timeout):
+        events = self._selector.select(timeout)
+        for key, _ in events:
             if key.data is None:
                 _drain(key.fd)
             elif key.data() is False:
                 self._selector.unregister(key.fd)
+        return bool(events)
 
     def _fill(self) -> None:
         """Moves queued sequences into the batcher until it holds one full batch."""
@@ -228,7 +242,8 @@ class Scheduler:
         return batch
 
     def _launch(self, batch: Batch) -> None:
-        now, started = time.perf_counter(), []
+        self._busy_at = now = time.perf_counter()
+        started = []
         for job, _ in batch.tags:
             if job.dispatched is None:
                 job.dispatched = now
@@ -247,6 +262,7 @@ class Scheduler:
             self._in_flight.read_oldest()
         except Exception as error:  # noqa: BLE001
             self._fail(batch, error)
+        self._busy_at = time.perf_counter()
 
     def _scatter(self, batch: Batch, embeddings) -> None:
         """embeddings [batch.num_seqs, width] (the engine's pinned buffer: copied) into the jobs of batch.tags

@@ -132,6 +132,38 @@ def test_close_finishes_queued_jobs_then_refuses_new_ones(minilm):
     assert [r.shape[0] for r in run(main)] == [4] * 5
 
 
+def test_a_spinning_engine_thread_answers_while_it_polls_and_after_it_sleeps_and_closes_at_once(minilm):
+    """idle_spin_s: after a batch the engine thread polls (a request then starts without a wake-up), then sleeps;
+    answers are the same either way, and close() does not wait out the spin."""
+    first, later = sequences(3, 20), sequences(2, 30, seed=1)
+
+    async def main():
+        scheduler = Scheduler(minilm, SMALL_BATCHES, idle_spin_s=0.5)
+        got = [await scheduler.submit(first).future]
+        await asyncio.sleep(0.05)  # within the spin
+        got.append(await scheduler.submit(later).future)
+        await asyncio.sleep(0.7)  # past it: asleep
+        got.append(await scheduler.submit(first).future)
+        started = time.perf_counter()
+        await asyncio.get_running_loop().run_in_executor(None, scheduler.close)  # while it spins again
+        return got, time.perf_counter() - started
+
+    (a, b, c), closing_s = run(main)
+    assert cosine(a, embed_token_ids(minilm, first)).min() >= 0.9999 and np.array_equal(a, c)
+    assert cosine(b, embed_token_ids(minilm, later)).min() >= 0.9999
+    assert closing_s < 0.4, f"close() took {closing_s:.2f} s: it waited out the spin"
+
+
+def test_the_engine_thread_spins_by_default_only_alone_in_front_of_a_gpu():
+    from embedpipe.pipeline.serve.config import IDLE_SPIN_US, ServeConfig, spin_seconds
+    assert spin_seconds(ServeConfig(http_workers=4), "cuda:0") == IDLE_SPIN_US / 1e6
+    assert spin_seconds(ServeConfig(http_workers=1), "cuda:0") == 0.0  # it would take the GIL from the HTTP loop
+    assert spin_seconds(ServeConfig(http_workers=4), "cpu") == 0.0  # it would take a core from the engine
+    assert spin_seconds(ServeConfig(http_workers=1, idle_spin_us=250), "cpu") == 250e-6
+    with pytest.raises(ValueError, match="idle_spin_us"):
+        ServeConfig(idle_spin_us=-1)
+
+
 class DelayedHandle:
     """A LazyTensor that completes `delay` seconds after it is made, as a batch on a GPU does."""
 
