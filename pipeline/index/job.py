@@ -60,6 +60,7 @@ def run_job(job: JobConfig, open_embedder: OpenEmbedder | None = None) -> JobRes
                 startup["prepare_s"] = progress.start - preparing
                 _log_start(progress, prepared, getattr(embedder, "attention", None))
                 reports = embedder.embed(prepared, progress)
+                startup["engine_start_in_pipeline_s"] = progress.start - progress.opened  # Ray starts its engines there
                 return finish_job(prepared, reports, progress, progress.start - entered,
                                   getattr(embedder, "in_memory", None), startup)
 

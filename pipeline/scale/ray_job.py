@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import pickle
+import time
 from contextlib import contextmanager
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Iterator
@@ -100,9 +101,19 @@ class RayEngines:
         return self._collect(written, progress)
 
     def _collect(self, written, progress: Progress) -> list[EngineReport]:
-        """Sums the unit reports per engine; raises the first unit's input error (the pipeline stops)."""
+        """Sums the unit reports per engine; raises the first unit's input error (the pipeline stops). The job
+        clock starts once the first engine actor was ready: Ray Data starts them inside the pipeline, after the
+        clock, where --devices loads its engines before it (7 s of a 46 s job on the H200, BERT-base)."""
         reports: dict[str, EngineReport] = {}
-        for report in unit_reports(written, "report", progress):
+        first_ready = [float("inf")]
+
+        def clock_from_ready(row: dict) -> None:  # ready_at: time.time() on the actor's node (NTP-close to ours)
+            ready = time.perf_counter() - (time.time() - row["ready_at"])
+            if ready < first_ready[0]:
+                first_ready[0] = ready
+                progress.start_clock_at(ready)
+
+        for report in unit_reports(written, "report", progress, clock_from_ready):
             reports[report.device] = reports[report.device] + report if report.device in reports else report
         return list(reports.values())
 
@@ -121,12 +132,13 @@ def engine_actors(size: int) -> dict:
     return {"compute": ray.data.ActorPoolStrategy(size=size), "max_concurrency": calls}
 
 
-def unit_reports(written, column: str, progress: Progress) -> Iterator:
+def unit_reports(written, column: str, progress: Progress, on_row=lambda row: None) -> Iterator:
     """The pickled per-unit reports (EngineReport, RunCounts) in `column` of a pipeline's rows, as they come,
-    with the progress they make; raises the first unit's input error (the pipeline stops)."""
+    with the progress they make (on_row(row) first); raises the first unit's input error (the pipeline stops)."""
     for row in written.iter_rows():
         if row["error"]:
             raise pickle.loads(row["error"])
+        on_row(row)
         report = pickle.loads(row[column])
         progress.advance(rows=report.rows + report.rejected, tokens=report.tokens)
         for bad in report.bad_files:

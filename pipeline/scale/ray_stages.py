@@ -16,6 +16,7 @@ import asyncio
 import itertools
 import os
 import pickle
+import time
 from dataclasses import replace
 from typing import Iterator
 
@@ -67,8 +68,9 @@ class EngineActor:
     """One engine (a GPU Ray assigned, or the CPU), its UnitStream and its tokenizer actors (tokenizer_cpus
     CPUs, shared out: tokenizer_split; they end with it); each call embeds and writes one unit.
 
-    Yields per unit {engine, report, error}: the pickled EngineReport of the unit, or the pickled input
-    error that stops the job (the driver raises it, so the exit code is a local run's). An async
+    Yields per unit {engine, report, error, ready_at}: the pickled EngineReport of the unit, or the pickled input
+    error that stops the job (the driver raises it, so the exit code is a local run's), and when the actor was
+    ready (time.time(): the driver starts the job clock at the first actor's). An async
     generator: Ray runs the calls in flight on one event loop, so two can wait on the stream at once.
     """
 
@@ -89,6 +91,7 @@ class EngineActor:
         self.job, self.stream = job, UnitStream(job, engine, self.label)
         self.tokenizers = started(tokenizers)
         self.next_tokenizer = itertools.cycle(self.tokenizers)  # a unit's pieces go to them in turn
+        self.ready_at = time.time()  # engine loaded and warm, tokenizers running (the driver's job clock)
 
     async def __call__(self, batch: dict):
         (unit,) = map(pickle.loads, batch["unit"])  # batch_size=1: one unit per call
@@ -97,9 +100,10 @@ class EngineActor:
         try:
             report = await asyncio.wrap_future(self.stream.submit(unit.unit_id, piece_chunks(pieces)))
         except InputError as error:
-            yield {"engine": [self.label], "report": [b""], "error": [pickle.dumps(error)]}
+            yield {"engine": [self.label], "report": [b""], "error": [pickle.dumps(error)],
+                   "ready_at": [self.ready_at]}
             return
-        yield {"engine": [self.label], "report": [pickle.dumps(report)], "error": [b""]}
+        yield {"engine": [self.label], "report": [pickle.dumps(report)], "error": [b""], "ready_at": [self.ready_at]}
 
 
 def piece_chunks(pieces: list) -> Iterator[Chunk]:

@@ -19,7 +19,7 @@ class Progress:
         self.total_rows, self.quiet, self.interval_s, self.done_rows = total_rows, quiet, interval_s, done_rows
         self.stream = stream or sys.stderr
         self.num_rows = self.num_tokens = 0
-        self.start = self._last_log = time.perf_counter()
+        self.opened = self.start = self._last_log = time.perf_counter()  # start: the job clock's
         self._bar = self._task = None
         if not quiet and self.stream.isatty():
             try:
@@ -47,6 +47,12 @@ class Progress:
     @property
     def seconds(self) -> float:
         return time.perf_counter() - self.start
+
+    def start_clock_at(self, start: float) -> None:
+        """The job clock starts at `start` (perf_counter), not before this opened: for engines that a pipeline
+        starts itself (Ray's actors), once the first was ready, as --devices' engines are before the clock.
+        Call it before the rows it times are counted."""
+        self.start = max(self.opened, start)
 
     def advance(self, rows: int = 0, tokens: int = 0) -> None:
         self.num_rows += rows

@@ -92,6 +92,11 @@ def test_ray_writes_what_a_local_run_writes(ray_session, corpus, tmp_path):
     assert (metrics["rows"], metrics["rejected_rows"], metrics["index"]["num_rows"]) == (161, 2, 161)
     assert sum(engine["units"] for engine in metrics["engines"]) == metrics["units"]["done"] == 5
     assert all(engine["device"].startswith("cpu on ") for engine in metrics["engines"])
+    # Ray starts its engine actors inside the pipeline: the job clock starts once the first is ready, as a local
+    # run's starts once its engine is loaded (then nothing lies between the progress opening and the clock)
+    local_metrics = json.loads((local / "metrics.json").read_text())
+    assert metrics["startup"]["engine_start_in_pipeline_s"] > 0.0 == local_metrics["startup"]["engine_start_in_pipeline_s"]
+    assert metrics["start_s"] >= metrics["startup"]["engine_start_in_pipeline_s"]
 
 
 @pytest.mark.slow

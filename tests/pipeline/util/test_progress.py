@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import time
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -37,3 +38,11 @@ def test_the_summary_is_the_last_line_and_a_resume_starts_at_the_done_rows(tmp_p
     resumed = CliRunner().invoke(app, run)
     assert resumed.exit_code == 0 and "3 already done, 1 to do" in resumed.stderr
     assert resumed.stderr.strip().splitlines()[-1].startswith("embedpipe: embedded 10 rows")
+
+
+def test_the_job_clock_starts_when_the_engines_were_ready_never_before_it_opened():
+    progress = Progress(None, quiet=True)
+    progress.start_clock_at(progress.opened - 5.0)  # an actor ready before the job (a reused cluster's)
+    assert progress.start == progress.opened
+    progress.start_clock_at(time.perf_counter() + 0.2)  # Ray's engine actor, ready after the clock had started
+    assert progress.seconds < 0.0 < progress.start - progress.opened  # no row counted yet: the clock starts there
