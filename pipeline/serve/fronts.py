@@ -8,7 +8,7 @@ runs the same app (app.py) with its own event loop and tokenizer threads, and se
 here over a connection of its own. Each HTTP process listens on a socket of its own bound to the
 same port (SO_REUSEPORT): the kernel spreads connections over them (with one shared socket, the
 first process to accept took every keep-alive connection). The engine thread reads each HTTP process's
-requests pipe itself (Scheduler.watch: between batches, and at once while idle) and submits its token ids to the one
+jobs pipe itself (Scheduler.watch: between batches, and at once while idle) and submits its token ids to the one
 Scheduler, so every process's requests share the same token-budget batches, and a request reaches the batcher with
 one wake-up instead of a bridge thread's and then the engine thread's (scheduler.py says what it changed).
 
@@ -349,7 +349,8 @@ class RemoteBackend:
         try:
             sent = time.perf_counter()
             frame = wire.embed_message(rid, sent, sequences)
-            if len(frame) > INLINE_SEND_BYTES:  # the pipe may be full until the engine thread's next read
+            if len(frame) > INLINE_SEND_BYTES:  # the pipe may be full until the engine thread's next read (a
+                # cancel meanwhile waits on the loop for this send's lock: rare, and it keeps the cancel after it)
                 await self._loop.run_in_executor(None, self._send, self.jobs, frame)
             else:
                 self._send(self.jobs, frame)
