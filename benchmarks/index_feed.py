@@ -114,7 +114,7 @@ def run_index(corpus: Path, folder: Path, output: Path, args, timeout: float, co
                    "-o", str(profile), "--", *command]
     start = time.perf_counter()
     code, _, err, (gpu, cpu) = run_process(
-        command, timeout, lambda pid: (Sampler(pid, 1 if args.device.startswith("cuda") else 0), CpuSampler(pid)))
+        command, timeout, lambda pid: (Sampler.of_run(pid, args.device), CpuSampler(pid)))
     wall = time.perf_counter() - start
     samples = gpu.stop()
     cpu.join(5)

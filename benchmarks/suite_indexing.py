@@ -30,7 +30,7 @@ import numpy as np
 import psutil
 import pyarrow.parquet as pq
 
-from common import machine_id, min_cosine, synchronize, tree_rss
+from common import machine_id, min_cosine, run_process, synchronize, tree_rss
 from isolation import OutOfBudget, ratio, round_robin, same_process_check, summarize, warm
 from workloads import corpus_lengths, texts_of_lengths, write_corpus
 
@@ -56,6 +56,11 @@ class Sampler:
             self.threads.append(threading.Thread(target=self._gpu, daemon=True))
         for thread in self.threads:
             thread.start()
+
+    @classmethod
+    def of_run(cls, pid: int, device: str) -> Sampler:
+        """The sampler of a run on `device`: GPU 0's utilisation too on CUDA."""
+        return cls(pid, 1 if device.startswith("cuda") else 0)
 
     def _rss(self) -> None:
         while (rss := tree_rss(self.process)) is not None:
@@ -104,22 +109,17 @@ def busy_figures(busy: list[list[float]]) -> dict:
 
 
 def run_sampled(command: list[str], device: str, timeout: float | None = None) -> dict:
-    """Runs `command` in a fresh process, sampled; its wall seconds, pid and samples. Killed past `timeout`."""
+    """Runs `command` in a fresh process, sampled; its wall seconds, pid and samples. Killed past `timeout` (with
+    its workers: common.run_process)."""
     start = time.perf_counter()
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
-    sampler = Sampler(process.pid, 1 if device.startswith("cuda") else 0)
-    try:
-        _, stderr = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.communicate()
-        sampler.stop()
-        raise OutOfBudget(f"{Path(command[1]).name} {command[2:4]} ran past the run's budget and was stopped")
+    code, _, stderr, (sampler,) = run_process(command, timeout, lambda pid: (Sampler.of_run(pid, device),))
     wall_s = time.perf_counter() - start
     samples = sampler.stop()
-    if process.returncode != 0:
-        raise SystemExit(f"{' '.join(command[:4])} ... failed ({process.returncode}):\n{stderr[-4000:]}")
-    return {"wall_s": wall_s, "pid": process.pid, **samples}
+    if code is None:
+        raise OutOfBudget(f"{Path(command[1]).name} {command[2:4]} ran past the run's budget and was stopped")
+    if code != 0:
+        raise SystemExit(f"{' '.join(command[:4])} ... failed ({code}):\n{stderr[-4000:]}")
+    return {"wall_s": wall_s, "pid": sampler.process.pid, **samples}
 
 
 def run_index(corpus: Path, folder: Path, output: Path, device: str, options: tuple[str, ...] = (),

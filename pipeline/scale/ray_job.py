@@ -108,7 +108,8 @@ class RayEngines:
         first_ready = [float("inf")]
 
         def clock_from_ready(row: dict) -> None:  # ready_at: time.time() on the actor's node (NTP-close to ours)
-            ready = time.perf_counter() - (time.time() - row["ready_at"])
+            now = time.perf_counter()
+            ready = min(now, now - (time.time() - row["ready_at"]))  # a node's clock ahead of ours: not in the future
             if ready < first_ready[0]:
                 first_ready[0] = ready
                 progress.start_clock_at(ready)

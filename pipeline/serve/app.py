@@ -80,7 +80,7 @@ class LocalBackend:
                                    self.idle_spin_s)
         if self.reranker is not None:
             self.rerank_scheduler = Scheduler(self.reranker, self.batching, self.metrics.rerank_batches.on_batch,
-                                              self.max_in_flight, self.idle_spin_s)
+                                              self.max_in_flight)  # no spin: its requests come by a thread's wake-up
 
     def close(self) -> None:
         """Finishes every queued job and stops the engine threads."""
@@ -195,10 +195,11 @@ class EmbedServer:
         """work(body, times), cancelled (its queued sequences dropped) as soon as the client disconnects. It runs in
         this task, not one of its own: a task and asyncio.wait cost two more turns of the loop per request."""
         body = await self._read_body(request)
-        this, working = asyncio.current_task(), [True]
+        this, working, went = asyncio.current_task(), [True], [False]
 
         def client_went(_) -> None:  # a later turn of the loop: the work may have ended meanwhile
             if working[0]:
+                went[0] = True
                 this.cancel()
 
         gone = asyncio.ensure_future(_disconnected(request))
@@ -206,7 +207,7 @@ class EmbedServer:
         try:
             return await work(body, times)
         except asyncio.CancelledError:
-            if gone.done() and not gone.cancelled():  # client_went cancelled it: not the timeout, not a shutdown
+            if went[0]:  # client_went cancelled it: not the timeout, not a shutdown
                 this.uncancel()
                 raise ClientGone() from None
             raise

@@ -93,7 +93,7 @@ class FrontBridge:
         except OSError:
             frames, self._jobs_reader.closed = [], True
         for frame in frames:
-            self._serve_message(wire.decode(frame))
+            self._serve_message(frame)
         if not self._jobs_reader.closed:
             return True
         with self._jobs_lock:
@@ -105,15 +105,17 @@ class FrontBridge:
     def _read_control(self) -> None:
         try:
             while True:
-                self._serve_message(wire.decode(self.control.recv_bytes()))
+                self._serve_message(self.control.recv_bytes())
         except (EOFError, OSError):  # the HTTP process is gone
             pass
 
-    def _serve_message(self, message: tuple) -> None:
+    def _serve_message(self, frame: bytes) -> None:
+        message = ()
         try:
+            message = wire.decode(frame)
             self._handle(*message)
-        except Exception as error:  # noqa: BLE001 - that request fails; this HTTP process goes on
-            if message[0] in ("embed", "rerank", "search", "metrics"):
+        except Exception as error:  # noqa: BLE001 - that request fails (a frame that does not decode: dropped);
+            if message[:1] in (("embed",), ("rerank",), ("search",), ("metrics",)):  # this HTTP process goes on
                 self._reply(message[1], error)
             else:
                 traceback.print_exc()
@@ -200,7 +202,6 @@ def _picklable(error: Exception) -> Exception:
 
 
 PIPE_BYTES = 1 << 20  # each side writes without waiting for the reader's next turn
-INLINE_SEND_BYTES = 1 << 16  # an HTTP process sends larger requests from a thread: its loop never waits on the pipe
 
 
 def link(context=multiprocessing) -> tuple[tuple[Connection, Connection, Connection],
@@ -306,22 +307,28 @@ class RemoteBackend:
     def __init__(self, end: tuple[Connection, Connection, Connection]):
         self.jobs, self.control, self.replies = end
         self.metrics = RemoteMetrics(self)
-        self._send_locks = {self.jobs: threading.Lock(), self.control: threading.Lock()}  # the loop and pool threads
         self._ids = itertools.count()
         self._waiting: dict[int, Callable] = {}  # request id -> settle(result)
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
 
     def start(self) -> None:
-        """Replies are read on the event loop as they come (a thread reading them had to wake the loop again)."""
-        self._loop = asyncio.get_running_loop()
+        """Replies are read on the event loop as they come (a thread reading them had to wake the loop again), and
+        requests are written there, never blocking it (wire.FrameWriter): other threads hand theirs to the loop."""
+        self._loop, self._loop_thread = asyncio.get_running_loop(), threading.get_ident()
         os.set_blocking(self.replies.fileno(), False)
         self._reader = wire.FrameReader(self.replies.fileno())
         self._loop.add_reader(self.replies.fileno(), self._receive)
+        self._jobs_out = wire.FrameWriter(self.jobs.fileno(), self._loop)
+        self._control_out = wire.FrameWriter(self.control.fileno(), self._loop)
         threading.Thread(target=self._flush_metrics, name="embedpipe-metrics", daemon=True).start()
 
     def close(self) -> None:
-        """Sends the last metric updates; the engine process drains its jobs once every HTTP process has exited."""
+        """Sends the last metric updates (on the loop, at its shutdown); the engine process drains its jobs once
+        every HTTP process has exited."""
         self.metrics.flush()
+        for out in (self._jobs_out, self._control_out):
+            out.flush_blocking()
 
     def _flush_metrics(self) -> None:
         try:
@@ -332,12 +339,12 @@ class RemoteBackend:
             pass
 
     def send(self, *message) -> None:
-        """A message other than embed and cancel, pickled, on the control pipe."""
-        self._send(self.control, wire.pickled_message(*message))
-
-    def _send(self, pipe: Connection, frame: bytes) -> None:
-        with self._send_locks[pipe]:
-            pipe.send_bytes(frame)
+        """A message other than embed and cancel, pickled, on the control pipe; from any thread."""
+        frame = wire.pickled_message(*message)
+        if threading.get_ident() == self._loop_thread:
+            self._control_out.write(frame)
+        else:
+            self._loop.call_soon_threadsafe(self._control_out.write, frame)
 
     async def embed(self, sequences: list[list[int]]) -> tuple[np.ndarray, tuple[float, float]]:
         """The embeddings [len(sequences), width] and the (queue, inference) seconds for them: from sending them to
@@ -348,17 +355,12 @@ class RemoteBackend:
         self._waiting[rid] = partial(settle, future)  # on the loop (_receive)
         try:
             sent = time.perf_counter()
-            frame = wire.embed_message(rid, sent, sequences)
-            if len(frame) > INLINE_SEND_BYTES:  # the pipe may be full until the engine thread's next read (a
-                # cancel meanwhile waits on the loop for this send's lock: rare, and it keeps the cancel after it)
-                await self._loop.run_in_executor(None, self._send, self.jobs, frame)
-            else:
-                self._send(self.jobs, frame)
+            self._jobs_out.write(wire.embed_message(rid, sent, sequences))
             vectors, (queue, _) = await future
             return vectors, (queue, time.perf_counter() - sent - queue)
         finally:
             if self._waiting.pop(rid, None) is not None:  # unanswered (a timeout): drop its unbatched sequences
-                self._send(self.jobs, wire.cancel_message(rid))
+                self._jobs_out.write(wire.cancel_message(rid))  # after the embed: one pipe, in order
 
     def call(self, kind: str, *args):
         """A round trip, from a pool thread: the engine process's answer, or its error raised here."""
@@ -382,7 +384,7 @@ class RemoteBackend:
             return await future
         finally:
             if self._waiting.pop(rid, None) is not None:  # unanswered (a timeout): drop its unbatched pairs
-                self._send(self.control, wire.cancel_message(rid))  # after the rerank, on its pipe
+                self._control_out.write(wire.cancel_message(rid))  # after the rerank, on its pipe
 
     def _receive(self) -> None:
         """On the loop, once the replies pipe is readable: settles each request whose reply is complete."""

@@ -135,9 +135,9 @@ class Scheduler:
         self._wake()
         self._thread.join(timeout)
         if not self._thread.is_alive() and self._wake_write >= 0:  # here, not on the engine thread: a submit racing
-            os.close(self._wake_read)  # its end writes no closed (or reused) fd
-            os.close(self._wake_write)
-            self._wake_read = self._wake_write = -1
+            fds, self._wake_read, self._wake_write = (self._wake_read, self._wake_write), -1, -1  # its end writes no
+            for fd in fds:  # closed (or reused) fd
+                os.close(fd)
 
     def _wake(self) -> None:
         try:

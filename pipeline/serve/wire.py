@@ -11,7 +11,9 @@ says what it is:
     PICKLED  either way      a pickled tuple: the rare messages (listening, search, metrics, errors)
 
 Decoded, every message is a tuple (kind name, ...) as fronts.py handles it; arrays are read-only views of the
-frame. An HTTP process reads its replies on its event loop, from a non-blocking pipe (FrameReader).
+frame. An HTTP process reads its replies on its event loop, from a non-blocking pipe (FrameReader), and writes its
+requests there too, never blocking (FrameWriter): a loop blocked on a full pipe reads no replies, and an engine
+thread blocked on a full replies pipe reads no requests.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import itertools
 import os
 import pickle
 import struct
+from collections import deque
 
 import numpy as np
 
@@ -73,6 +76,55 @@ def decode(frame: bytes) -> tuple:
 
 READ_BYTES = 1 << 20
 _SIZE, _LARGE_SIZE = struct.Struct("!i"), struct.Struct("!Q")  # multiprocessing's frame header (-1, then 8 bytes)
+
+
+class FrameWriter:
+    """Frames for `Connection.recv_bytes` (or a FrameReader), written to a non-blocking pipe by one event loop that
+    never waits on it: what the pipe cannot take yet waits here, in order, and is written as the pipe drains
+    (loop.add_writer). `write` only on the loop's thread."""
+
+    def __init__(self, fd: int, loop):
+        self.fd, self.loop = fd, loop
+        self._outbox: deque[memoryview] = deque()
+        os.set_blocking(fd, False)
+
+    def write(self, frame: bytes) -> None:
+        """Raises OSError when the reader is gone."""
+        data = memoryview(_SIZE.pack(len(frame)) + frame)  # frames here stay far below 2 GiB
+        if not self._outbox:
+            data = data[self._write(data):]
+            if not data:
+                return
+            self.loop.add_writer(self.fd, self._drain)
+        self._outbox.append(data)
+
+    def flush_blocking(self) -> None:
+        """Writes what waits, waiting on the pipe (at shutdown, when the loop may not turn again)."""
+        if self._outbox:
+            self.loop.remove_writer(self.fd)
+            os.set_blocking(self.fd, True)
+            while self._outbox:
+                data = self._outbox.popleft()
+                while data:
+                    data = data[os.write(self.fd, data):]
+
+    def _write(self, data: memoryview) -> int:
+        try:
+            return os.write(self.fd, data)
+        except BlockingIOError:
+            return 0
+
+    def _drain(self) -> None:
+        try:
+            while self._outbox:
+                written = self._write(self._outbox[0])
+                if written < len(self._outbox[0]):
+                    self._outbox[0] = self._outbox[0][written:]
+                    return
+                self._outbox.popleft()
+        except OSError:  # the reader is gone: so is every reply these would get
+            self._outbox.clear()
+        self.loop.remove_writer(self.fd)
 
 
 class FrameReader:

@@ -1,5 +1,7 @@
 """The link between an HTTP process and the engine process (serve/fronts.py), in one process over its real pipes."""
 import asyncio
+import fcntl
+import struct
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -77,3 +79,43 @@ def test_embeddings_failures_timeouts_and_metrics_cross_the_link(linked, minilm)
     assert 'embedpipe_request_inference_seconds_sum{endpoint="embeddings"} 0.003' in text
     assert "embedpipe_requests_active 0.0" in text
     assert not bridge._jobs
+
+
+def test_a_full_jobs_pipe_and_a_full_replies_pipe_do_not_wait_on_each_other(linked, minilm):
+    """The engine thread writes a reply larger than the replies pipe while the HTTP process has more requests than
+    the jobs pipe holds: the loop never blocks on the jobs pipe (its frames wait in wire.FrameWriter), so it reads
+    the reply, the engine thread goes on and reads the requests. (A loop that blocked on the full jobs pipe read no
+    reply, and the engine thread, blocked on the full replies pipe, read no request.)"""
+    engine, bridge, remote = linked
+    for end in (remote.jobs, remote.replies):  # the smallest pipes (a page) stand in for 1 MiB ones under load
+        fcntl.fcntl(end.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), 4096)
+    large_reply = [[101, 1000 + i, 102] for i in range(16)]  # 16 x 384 float32: 24 KiB back
+    long_requests = [[[101, *range(2000 + r, 2498 + r), 102]] * 4 for r in range(3)]  # 8 KiB frames each
+
+    async def main():
+        remote.start()
+        first = asyncio.create_task(remote.embed(large_reply))
+        await asyncio.sleep(0.1)  # launched; the gated step holds the engine thread
+        rest = [asyncio.create_task(remote.embed(ids)) for ids in long_requests]
+        await asyncio.sleep(0.1)  # the loop ran every send: the jobs pipe is full, the rest waits in the writer
+        engine.gate.set()
+        return await asyncio.wait_for(asyncio.gather(first, *rest), 60)
+
+    answers = asyncio.run(main())
+    for (got, _), ids in zip(answers, [large_reply, *long_requests]):
+        assert cosine(got, embed_token_ids(minilm, ids)).min() >= 0.9999
+
+
+def test_a_frame_that_does_not_decode_is_dropped_and_the_engine_goes_on(linked, minilm):
+    engine, bridge, remote = linked
+    engine.gate.set()
+    remote.jobs.send_bytes(struct.pack("<BqdI", 1, 7, 0.0, 1) + struct.pack("<ii", 5, 1))  # 5 ids said, 1 sent
+    sequences = [[101, 1000, 1001, 102]]
+
+    async def main():
+        remote.start()
+        return await asyncio.wait_for(remote.embed(sequences), 30)
+
+    got, _ = asyncio.run(main())
+    assert cosine(got, embed_token_ids(minilm, sequences)).min() >= 0.9999
+    assert bridge.backend.scheduler.failure is None
