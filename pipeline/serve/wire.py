@@ -99,14 +99,18 @@ class FrameWriter:
         self._outbox.append(data)
 
     def flush_blocking(self) -> None:
-        """Writes what waits, waiting on the pipe (at shutdown, when the loop may not turn again)."""
+        """Writes what waits, waiting on the pipe (at shutdown, when the loop may not turn again); what a reader
+        that is gone cannot take is dropped."""
         if self._outbox:
             self.loop.remove_writer(self.fd)
             os.set_blocking(self.fd, True)
-            while self._outbox:
-                data = self._outbox.popleft()
-                while data:
-                    data = data[os.write(self.fd, data):]
+            try:
+                while self._outbox:
+                    data = self._outbox.popleft()
+                    while data:
+                        data = data[os.write(self.fd, data):]
+            except OSError:  # the reader is gone: nothing waits for these
+                self._outbox.clear()
 
     def _write(self, data: memoryview) -> int:
         try:

@@ -74,3 +74,31 @@ def test_the_frame_reader_reads_what_a_connection_sends():
         got += reader.read()
     sender.join()
     assert [wire.decode(f)[1] for f in got] == [0, 1] and wire.decode(got[1])[2].shape == (300, 1024)
+
+
+def test_the_frame_writer_never_blocks_keeps_order_and_drops_what_a_gone_reader_cannot_take():
+    """wire.FrameWriter on a page-sized pipe: frames beyond what it holds wait, in order, and reach the reader as it
+    reads; at shutdown, flush_blocking drops (without raising) what a reader that has gone can no longer take."""
+    import asyncio
+    import fcntl
+
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, getattr(fcntl, "F_SETPIPE_SZ", 1031), 4096)
+    os.set_blocking(read_end, False)
+    frames = [bytes([i]) * 3000 for i in range(5)]  # 15 KB into a 4 KiB pipe
+
+    async def main():
+        writer, reader, got = wire.FrameWriter(write_end, asyncio.get_running_loop()), wire.FrameReader(read_end), []
+        for frame in frames:
+            writer.write(frame)  # returns at once: the loop is never held
+        while len(got) < len(frames):
+            got += reader.read()
+            await asyncio.sleep(0.001)  # the loop's turns write the rest as the pipe drains
+        for frame in frames:  # more than the pipe holds again, then the reader goes away
+            writer.write(frame)
+        os.close(read_end)
+        writer.flush_blocking()
+        return got
+
+    assert asyncio.run(main()) == frames
+    os.close(write_end)
