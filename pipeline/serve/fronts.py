@@ -334,8 +334,8 @@ class RemoteBackend:
         try:
             while True:
                 time.sleep(FLUSH_S)
-                self.metrics.flush()
-        except OSError:  # the engine process is gone
+                self.metrics.flush()  # handed to the loop (send): a gone engine process fails there, not here
+        except RuntimeError:  # the loop has closed: the process is shutting down
             pass
 
     def send(self, *message) -> None:
