@@ -1,7 +1,9 @@
 """The engine thread behind the server: FIFO token-budget batches merged across requests, in-process."""
 import asyncio
+import concurrent.futures
 import threading
 import time
+from collections import deque
 
 import numpy as np
 import pytest
@@ -130,6 +132,37 @@ def test_close_finishes_queued_jobs_then_refuses_new_ones(minilm):
         return await asyncio.gather(*(job.future for job in jobs))
 
     assert [r.shape[0] for r in run(main)] == [4] * 5
+
+
+class SlowDeque(deque):
+    """An inbox whose append waits first: a submit that has passed the closing check is slow to queue its job."""
+
+    def __init__(self, entered: threading.Event):
+        super().__init__()
+        self.entered = entered
+
+    def append(self, job):
+        self.entered.set()
+        time.sleep(0.2)
+        super().append(job)
+
+
+def test_a_submit_racing_close_is_served(minilm):
+    """close() comes after a submit checked that the scheduler was open but before it queued its job: the engine
+    thread waits for that job and answers it (without the inbox lock it stopped and the job waited forever)."""
+    engine = GatedEngine(minilm)
+    engine.gate.set()
+    scheduler = Scheduler(engine, SMALL_BATCHES)
+    entered, answer = threading.Event(), concurrent.futures.Future()
+    scheduler._inbox = SlowDeque(entered)
+    submitting = threading.Thread(target=scheduler.submit_with, args=(sequences(1, 8), answer.set_result))
+    submitting.start()
+    assert entered.wait(5)
+    scheduler.close(timeout=5)
+    submitting.join(5)
+    assert answer.result(timeout=5).shape == (1, 384)
+    with pytest.raises(SchedulerClosed):
+        scheduler.submit_with(sequences(1, 8), answer.set_result)
 
 
 def test_a_spinning_engine_thread_answers_while_it_polls_and_after_it_sleeps_and_closes_at_once(minilm):
