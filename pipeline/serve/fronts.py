@@ -96,10 +96,10 @@ class FrontBridge:
             self._serve_message(frame)
         if not self._jobs_reader.closed:
             return True
-        with self._jobs_lock:
+        with self._jobs_lock:  # a rerank the control thread reads later is not submitted (_handle)
             for job in self._jobs.values():
                 job.cancel()
-        self.jobs_closed.set()
+            self.jobs_closed.set()
         return False
 
     def _read_control(self) -> None:
@@ -135,6 +135,8 @@ class FrontBridge:
         elif kind == "rerank":
             rid, sequences, token_types = args
             with self._jobs_lock:
+                if self.jobs_closed.is_set():  # read after the HTTP process had gone: nobody waits for it
+                    return
                 try:
                     self._jobs[rid] = self.backend.rerank_scheduler.submit_with(
                         sequences, partial(self._reranked, rid), token_types)

@@ -119,3 +119,23 @@ def test_a_frame_that_does_not_decode_is_dropped_and_the_engine_goes_on(linked, 
     got, _ = asyncio.run(main())
     assert cosine(got, embed_token_ids(minilm, sequences)).min() >= 0.9999
     assert bridge.backend.scheduler.failure is None
+
+
+class RecordingScheduler:
+    def __init__(self):
+        self.submitted = []
+
+    def submit_with(self, sequences, on_done, token_types=None):
+        self.submitted.append(sequences)
+        raise AssertionError("a rerank was submitted after its HTTP process had gone")
+
+
+def test_a_rerank_read_after_the_http_process_has_gone_is_not_run(linked, monkeypatch):
+    """The control pipe's thread may read a rerank after the engine thread saw the jobs pipe end and cancelled
+    that process's jobs: it is dropped, not run for nobody."""
+    engine, bridge, remote = linked
+    remote.jobs.close()
+    assert bridge.jobs_closed.wait(10)
+    monkeypatch.setattr(bridge.backend, "rerank_scheduler", RecordingScheduler())  # undone before linked's close
+    bridge._handle("rerank", 7, [[101, 1000, 102]], None)
+    assert bridge.backend.rerank_scheduler.submitted == [] and not bridge._jobs
