@@ -20,7 +20,7 @@ import torch.nn.functional as F
 import triton
 from torch.profiler import ProfilerActivity, profile
 
-from common import cuda_ms, environment, model_folder, percentiles, random_sequences
+from common import cuda_ms, environment, graphed_ms, model_folder, percentiles, random_sequences
 from embedpipe.kernels.batch import BucketPolicy, pack
 from embedpipe.kernels.engine import Engine, EngineConfig
 from embedpipe.kernels.graph_cache import GraphConfig
@@ -132,17 +132,6 @@ def linear_shapes(engine: Engine) -> dict[str, tuple[int, int, bool]]:
         if isinstance(module, torch.nn.Linear) and (".0." in name or name.startswith("0.")):
             shapes[name] = (module.out_features, module.in_features, module.bias is not None)
     return shapes
-
-
-def graphed_ms(fn, reps: int = 20, iters: int = 50) -> float:
-    """Device ms per call of fn, captured `reps` times back to back in one graph (the launch gaps of a model graph)."""
-    fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(reps):
-            fn()
-    return cuda_ms(graph.replay, iters) / reps
 
 
 def gemm_table(shapes: dict, ms: tuple[int, ...]) -> list[dict]:

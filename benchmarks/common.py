@@ -109,6 +109,17 @@ def ceilings(device: str) -> dict[str, float]:
             "copy_tbps": 2 * src.numel() * src.element_size() / copy_ms / 1e9}
 
 
+def graphed_ms(fn, reps: int = 20, iters: int = 50) -> float:
+    """Device ms per call of fn, captured `reps` times back to back in one graph (the launch gaps of a model graph)."""
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(reps):
+            fn()
+    return cuda_ms(graph.replay, iters) / reps
+
+
 def warm_gpu(seconds: float = 0.5) -> dict:
     """Runs bf16 matmuls for `seconds` so the GPU reaches its steady clocks before a timed series (the first
     process after the GPU idles otherwise runs at idle clocks); returns the SM clocks nvidia-smi reads then."""

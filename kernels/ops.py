@@ -9,6 +9,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from embedpipe.kernels.activations import ACTIVATIONS
+
 
 class TorchOps:
     @staticmethod
@@ -89,6 +91,17 @@ class TorchOps:
         else:
             raise ValueError(f"spans pool by mean or lasttoken, not {mode!r}")
         return _truncate_normalize(pooled, dim, normalize)
+
+    @staticmethod
+    def linear_act(x, weight, bias, act: str):
+        """act(x @ weight.T + bias): a feed-forward block's first matmul and its activation (act: an ACTIVATIONS
+        name). x [T, K], weight [N, K] -> [T, N]."""
+        return ACTIVATIONS[act](F.linear(x, weight, bias))
+
+    @staticmethod
+    def linear_silu_mul(x, weight):
+        """x [T, K], weight [2 * I, K] (gate rows, then up rows) -> silu(x @ gate.T) * (x @ up.T) [T, I]."""
+        return TorchOps.silu_and_mul(F.linear(x, weight))
 
     @staticmethod
     def silu_and_mul(x):

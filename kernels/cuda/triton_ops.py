@@ -3,8 +3,12 @@ to the activation dtype where the transformers reference rounds."""
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 import triton
 import triton.language as tl
+
+from embedpipe.kernels.activations import ACTIVATIONS
+from embedpipe.kernels.cuda import triton_linear
 
 
 @triton.jit
@@ -227,6 +231,18 @@ class TritonOps:
         k = qkv[:, q_size:q_size + kv_size].view(num_tokens, num_kv_heads, head_dim)
         v = qkv[:, q_size + kv_size:].view(num_tokens, num_kv_heads, head_dim)
         return q, k, v
+
+    @staticmethod
+    def linear_act(x, weight, bias, act):
+        if triton_linear.fused_takes(x, weight, act, bias):
+            return triton_linear.linear_act(x, weight, bias, act)
+        return ACTIVATIONS[act](F.linear(x, weight, bias))
+
+    @staticmethod
+    def linear_silu_mul(x, weight):
+        if triton_linear.fused_takes(x, weight, "silu_mul"):
+            return triton_linear.linear_silu_mul(x, weight)
+        return TritonOps.silu_and_mul(F.linear(x, weight))
 
     @staticmethod
     def silu_and_mul(x):

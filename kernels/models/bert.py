@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from embedpipe.kernels.attention import AttentionBackend, AttentionSpec
-from embedpipe.kernels.models.layers import Embedding, LayerNorm, PackedLinear, activation, float32_linear
+from embedpipe.kernels.models.layers import Embedding, LayerNorm, PackedLinear, activation_name, float32_linear
 
 
 class BertEmbeddings(nn.Module):
@@ -69,20 +69,21 @@ class BertAttention(nn.Module):
 
 
 class BertIntermediate(nn.Module):
-    def __init__(self, cfg: dict):
+    def __init__(self, cfg: dict, ops):
         super().__init__()
         self.dense = nn.Linear(cfg["hidden_size"], cfg["intermediate_size"])
-        self.act = activation(cfg.get("hidden_act", "gelu"))
+        self.act = activation_name(cfg)
+        self.ops = ops
 
     def forward(self, x):
-        return self.act(self.dense(x))
+        return self.ops.linear_act(x, self.dense.weight, self.dense.bias, self.act)
 
 
 class BertLayer(nn.Module):
     def __init__(self, cfg: dict, ops):
         super().__init__()
         self.attention = BertAttention(cfg, ops)
-        self.intermediate = BertIntermediate(cfg)
+        self.intermediate = BertIntermediate(cfg, ops)
         self.output = DenseLayerNorm(cfg["intermediate_size"], cfg["hidden_size"], cfg["layer_norm_eps"], ops)
 
     def forward(self, x, attn):

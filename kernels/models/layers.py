@@ -5,20 +5,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-ACTIVATIONS = {
-    "gelu": F.gelu,  # exact erf form
-    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
-    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
-    "gelu_fast": lambda x: F.gelu(x, approximate="tanh"),
-    "relu": F.relu,
-    "silu": F.silu,
-}
+from embedpipe.kernels.activations import ACTIVATIONS
 
 
-def activation(name: str):
+def activation_name(cfg: dict) -> str:
+    """config.json's hidden_act (default gelu), checked against the activations ops.linear_act computes."""
+    name = cfg.get("hidden_act", "gelu")
     if name not in ACTIVATIONS:
         raise ValueError(f"unsupported hidden_act {name!r}; supported: {', '.join(ACTIVATIONS)}")
-    return ACTIVATIONS[name]
+    return name
 
 
 def float32_linear(x: torch.Tensor, layer: nn.Module) -> torch.Tensor:

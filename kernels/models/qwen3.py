@@ -54,7 +54,7 @@ class Qwen3MLP(nn.Module):
         self.ops = ops
 
     def forward(self, x):
-        return self.down_proj(self.ops.silu_and_mul(self.gate_up_proj(x)))
+        return self.down_proj(self.ops.linear_silu_mul(x, self.gate_up_proj.weight))
 
 
 class Qwen3DecoderLayer(nn.Module):

@@ -7,7 +7,9 @@ import os
 
 import pytest
 import torch
+import torch.nn.functional as F
 
+from embedpipe.kernels.activations import ACTIVATIONS
 from embedpipe.kernels.ops import TorchOps
 
 triton = pytest.importorskip("triton")
@@ -16,9 +18,13 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 if DEVICE == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
     pytest.skip("Triton's interpreter is off (set TRITON_INTERPRET=1 before Python starts)", allow_module_level=True)
 
+from embedpipe.kernels.cuda import triton_linear  # noqa: E402
 from embedpipe.kernels.cuda.triton_ops import TritonOps  # noqa: E402
 
 DTYPES = [torch.float32, torch.bfloat16] if DEVICE == "cuda" else [torch.float32]
+HALF_DTYPES = [torch.bfloat16, torch.float16] if DEVICE == "cuda" else [torch.float16]  # numpy has no bfloat16
+# token counts: one row tile, a partial one; on a GPU also the large tiles (tile_config above 256 tokens)
+LINEAR_TOKENS = [64, 100, 1000] if DEVICE == "cuda" else [64, 100]
 
 
 def _close(got, want, dtype):
@@ -64,6 +70,103 @@ def test_qk_norm_rope(dtype):
 def test_silu_and_mul(dtype):
     x = torch.randn(19, 2 * 3072, device=DEVICE, dtype=dtype)
     _close(TritonOps.silu_and_mul(x), TorchOps.silu_and_mul(x), dtype)
+
+
+def _linear_inputs(tokens, n, k, dtype, bias=True):
+    x = torch.randn(tokens, k, device=DEVICE, dtype=dtype)
+    w = (torch.randn(n, k, device=DEVICE) / k ** 0.5).to(dtype)
+    return x, w, (torch.randn(n, device=DEVICE) * 0.5).to(dtype) if bias else None
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES)
+@pytest.mark.parametrize("act", ["gelu", "gelu_pytorch_tanh", "relu"])
+@pytest.mark.parametrize("tokens", LINEAR_TOKENS)
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_act_fused(dtype, act, tokens, bias):
+    """The matmul with its activation in the epilogue equals the matmul then the activation (N = 200: a partial
+    column tile)."""
+    x, w, b = _linear_inputs(tokens, 200, 128, dtype, bias)
+    assert triton_linear.fused_fits(x, w, act)
+    _close(triton_linear.linear_act(x, w, b, act), TorchOps.linear_act(x, w, b, act), dtype)
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES)
+@pytest.mark.parametrize("tokens", LINEAR_TOKENS)
+def test_linear_silu_mul_fused(dtype, tokens):
+    """Gate and up tiles of the same columns in one program: silu(x @ gate.T) * (x @ up.T)."""
+    x, w, _ = _linear_inputs(tokens, 2 * 200, 128, dtype)
+    assert triton_linear.fused_fits(x, w, "silu_mul")
+    got = triton_linear.linear_silu_mul(x, w)
+    assert got.shape == (tokens, 200)
+    _close(got, TorchOps.linear_silu_mul(x, w), dtype)
+
+
+def _close_in_ulps_and_mostly_equal(got, want, h, ulps: int):
+    """Element by element: at most `ulps` units in the last place apart, and >= 99% bit-equal (the GPU's erf and exp
+    and torch's may round differently now and then). On the CPU only where |h| <= 3 (h: the activation's input):
+    in the tail numpy's erf, which the interpreter runs, and torch's CPU erf differ by a few units."""
+    keep = h.abs() <= 3 if DEVICE == "cpu" else torch.ones_like(h, dtype=torch.bool)
+    info = torch.finfo(want.dtype)
+    got, want = got.float()[keep], want.float()[keep]
+    assert ((got - want).abs() <= ulps * info.eps * want.abs().clamp_min(info.tiny)).all()
+    assert (got == want).float().mean() >= 0.99
+
+
+@pytest.mark.parametrize("act", ["gelu", "gelu_pytorch_tanh", "relu"])
+def test_linear_act_epilogue_rounds_where_the_reference_does(act):
+    """An identity weight makes the matmul exact, so the epilogue alone is compared: x + bias rounded to the dtype,
+    the activation in float32, one rounding (a tanh GELU for "gelu", a bias added after rounding, no rounding
+    before the activation each fail it; the random-weight tests above cannot tell them apart)."""
+    dtype = HALF_DTYPES[0]
+    x = (torch.rand(100, 128, device=DEVICE) * 10 - 5).to(dtype)
+    b = (torch.randn(128, device=DEVICE) * 0.5).to(dtype)
+    got = triton_linear.linear_act(x, torch.eye(128, device=DEVICE, dtype=dtype), b, act)
+    h = (x.float() + b.float()).to(dtype).float()
+    _close_in_ulps_and_mostly_equal(got, ACTIVATIONS[act](h).to(dtype), h, ulps=1)
+
+
+def test_linear_silu_mul_epilogue_rounds_where_the_reference_does():
+    """gate = x and up = x / 2 exactly: silu(gate) rounded, times up rounded, one rounding."""
+    dtype = HALF_DTYPES[0]
+    x = (torch.rand(100, 128, device=DEVICE) * 10 - 5).to(dtype)
+    w = torch.cat([torch.eye(128, device=DEVICE), 0.5 * torch.eye(128, device=DEVICE)]).to(dtype)
+    want = (F.silu(x.float()).to(dtype).float() * (0.5 * x.float()).to(dtype).float()).to(dtype)
+    # a silu rounded one unit apart (exp's rounding) moves the product by up to two
+    _close_in_ulps_and_mostly_equal(triton_linear.linear_silu_mul(x, w), want, x.float(), ulps=2)
+
+
+def test_linear_act_large_tiles():
+    """The tiles tile_config picks above 256 tokens, on the CPU too (a partial row and column tile)."""
+    x, w, b = _linear_inputs(300, 200, 128, HALF_DTYPES[0])
+    for gated, config in ((False, triton_linear.tile_config(300, gated=False)),
+                          (True, triton_linear.tile_config(300, gated=True))):
+        if gated:
+            wg = torch.cat([w, w.flip(0)])
+            _close(triton_linear.linear_silu_mul(x, wg, config), TorchOps.linear_silu_mul(x, wg), x.dtype)
+        else:
+            _close(triton_linear.linear_act(x, w, b, "gelu", config), TorchOps.linear_act(x, w, b, "gelu"), x.dtype)
+
+
+def test_the_fused_kernel_is_taken_from_its_token_count_on(monkeypatch):
+    x, w, b = _linear_inputs(64, 96, 128, torch.float16)
+    for least, taken in ((65, False), (64, True), (None, False)):  # None: never
+        monkeypatch.setattr(triton_linear, "FUSED_MIN_TOKENS", least)
+        assert triton_linear.fused_fits(x, w, "gelu", b) and triton_linear.fused_takes(x, w, "gelu", b) == taken
+
+
+def test_linear_act_falls_back_where_the_fused_kernel_does_not_fit():
+    """float32 (tl.dot would run tf32), K not a multiple of 64, an activation the epilogue lacks: TorchOps' result."""
+    x, w, b = _linear_inputs(64, 96, 128, torch.float16)
+    for x, w, b, act in [(*_linear_inputs(64, 96, 128, torch.float32), "gelu"),
+                         (*_linear_inputs(64, 96, 100, torch.float16), "gelu"),
+                         (x, w, b, "silu"),
+                         (x, w.float(), b, "gelu"),  # the weight's dtype differs
+                         (x, w[:, :64], b, "gelu"),  # K differs
+                         (x, w, b[:48], "gelu")]:  # a bias of another width
+        assert not triton_linear.fused_fits(x, w, act, b) and not triton_linear.fused_takes(x, w, act, b)
+    for x, w, b, act in [(*_linear_inputs(64, 96, 128, torch.float32), "gelu"),
+                         (*_linear_inputs(64, 96, 100, torch.float32), "silu")]:
+        assert torch.equal(TritonOps.linear_act(x, w, b, act), TorchOps.linear_act(x, w, b, act))
 
 
 @triton.jit

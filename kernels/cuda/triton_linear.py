@@ -1,0 +1,150 @@
+"""A feed-forward block's first matmul with its activation in the epilogue (CUDA, Triton):
+
+- `linear_act(x, w, b, act)` = act(x @ w.T + b)               BERT's intermediate.dense + its hidden_act
+- `linear_silu_mul(x, w)`    = silu(x @ g.T) * (x @ u.T)     Qwen3's gate_up_proj + SiLU-and-mul; w = [g; u]
+
+Why: the activation pass read and wrote the [T, intermediate] tensor once more than the matmul did: on the H200,
+BERT-base 64 x 512 spent 1.6 of 12.6 ms of device time in the separate GELU kernel and Qwen3-0.6B 4.0 of 69 ms in
+SiLU-and-mul (benchmarks/results/2026-11-29-h200-engine). cuBLASLt's GELU epilogue is the tanh approximation, not
+the erf form BERT checkpoints name "gelu"; here the epilogue is the reference's own arithmetic: the matmul output
+rounded to the activation dtype (where transformers rounds it), the activation in float32, one rounding to store.
+
+Tiles: each program makes a [BLOCK_M, BLOCK_N] output tile (for silu-mul, the gate's and the up's tiles of the
+same columns) over the whole of K, programs grouped GROUP_M row tiles at a time so a band of x stays in L2.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    block_m: int
+    block_n: int
+    block_k: int
+    group_m: int
+    num_warps: int
+    num_stages: int
+
+
+def tile_config(num_tokens: int, gated: bool) -> TileConfig:
+    """The tiles measured best on the H200 for a token count (benchmarks/linear_act_bench.py)."""
+    if num_tokens <= 256:
+        return TileConfig(64, 64, 64, 8, 4, 4)
+    if gated:  # two accumulators per program
+        return TileConfig(128, 128, 64, 8, 8, 4)
+    return TileConfig(128, 256, 64, 8, 8, 3)
+
+
+@triton.jit
+def _tile_of_program(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """(row tile, column tile) of this program: GROUP_M row tiles share each column sweep (L2 reuse of x)."""
+    pid = tl.program_id(0)
+    tiles_m, tiles_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
+    per_group = GROUP_M * tiles_n
+    first_m = (pid // per_group) * GROUP_M
+    group_rows = tl.minimum(tiles_m - first_m, GROUP_M)
+    return first_m + (pid % per_group) % group_rows, (pid % per_group) // group_rows
+
+
+ACT_CODES = {"gelu": 0, "gelu_new": 1, "gelu_pytorch_tanh": 1, "gelu_fast": 1, "relu": 2}  # of activations.py
+SILU_MUL = 3
+
+
+@triton.jit
+def _activation(h, ACT: tl.constexpr):
+    """h float32 -> act(h) float32: 0 exact (erf) GELU, 1 tanh GELU, 2 ReLU, as torch computes them in float32."""
+    if ACT == 0:
+        return 0.5 * h * (1.0 + tl.math.erf(h * 0.7071067811865476))
+    elif ACT == 1:
+        cube = h * h * h
+        inner = 0.7978845608028654 * (h + 0.044715 * cube)
+        return h / (1.0 + tl.exp(-2.0 * inner))  # 0.5 * h * (1 + tanh(inner)), without its cancellation below -4.5
+    else:
+        return tl.maximum(h, 0.0, propagate_nan=tl.PropagateNan.ALL)  # torch's relu keeps NaN
+
+
+@triton.jit
+def _linear_act_kernel(X, W, B, Out, M, N, K, stride_x, stride_w, up_rows,
+                       ACT: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                       BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """Out [M, N] = act(X [M, K] @ W[:N].T (+ B)); ACT == SILU_MUL: silu(X @ W[:N].T) * (X @ W[up_rows:][:N].T).
+    K is a multiple of BLOCK_K."""
+    tile_m, tile_n = _tile_of_program(M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    ks = tl.arange(0, BLOCK_K)
+    row_ok, col_ok = rows[:, None] < M, cols[None, :] < N
+    x_ptrs = X + rows[:, None].to(tl.int64) * stride_x + ks[None, :]  # [BLOCK_M, BLOCK_K]
+    w_ptrs = W + cols[None, :].to(tl.int64) * stride_w + ks[:, None]  # [BLOCK_K, BLOCK_N]: W's rows as columns
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for _ in range(0, K, BLOCK_K):
+        x = tl.load(x_ptrs, mask=row_ok, other=0.0)
+        acc = tl.dot(x, tl.load(w_ptrs, mask=col_ok, other=0.0), acc)
+        if ACT == 3:
+            acc_up = tl.dot(x, tl.load(w_ptrs + up_rows * stride_w, mask=col_ok, other=0.0), acc_up)
+        x_ptrs += BLOCK_K
+        w_ptrs += BLOCK_K
+    dtype = Out.dtype.element_ty
+    if ACT == 3:  # SILU_MUL
+        gate = acc.to(dtype).to(tl.float32)
+        silu = (gate / (1.0 + tl.exp(-gate))).to(dtype).to(tl.float32)
+        out = silu * acc_up.to(dtype).to(tl.float32)
+    else:
+        if HAS_BIAS:
+            acc += tl.load(B + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
+        out = _activation(acc.to(dtype).to(tl.float32), ACT)
+    tl.store(Out + rows[:, None].to(tl.int64) * N + cols[None, :], out.to(dtype), mask=row_ok & col_ok)
+
+
+# TritonOps takes the fused kernel from this many tokens on; None: never. None until it has run on a GPU: so far it
+# ran only in Triton's interpreter (CI; no GPU was lent on 2026-12-05). linear_act_bench.py there sets the count
+# (below it, cuBLAS then the activation kernel) and test_fused_ops.py's GPU run checks it first.
+FUSED_MIN_TOKENS: int | None = None
+
+
+def fused_fits(x: torch.Tensor, weight: torch.Tensor, act: str, bias: torch.Tensor | None = None) -> bool:
+    """Whether the fused kernel can run a call: x [T, K] and weight [N, K] of one half-precision dtype (float32 would
+    run tf32 dots), an activation it knows ("silu_mul" for linear_silu_mul), K a multiple of 64, rows contiguous,
+    a bias [N] if any."""
+    return (x.dim() == 2 and weight.dim() == 2 and x.shape[1] == weight.shape[1]
+            and x.dtype in (torch.float16, torch.bfloat16) and weight.dtype == x.dtype
+            and (act in ACT_CODES or act == "silu_mul") and x.shape[1] % 64 == 0
+            and x.stride(1) == 1 and weight.stride(1) == 1
+            and (bias is None or (bias.shape == (weight.shape[0],) and bias.stride(0) == 1)))
+
+
+def fused_takes(x: torch.Tensor, weight: torch.Tensor, act: str, bias: torch.Tensor | None = None) -> bool:
+    """Whether TritonOps runs a call fused: it fits, with FUSED_MIN_TOKENS tokens or more."""
+    return FUSED_MIN_TOKENS is not None and x.shape[0] >= FUSED_MIN_TOKENS and fused_fits(x, weight, act, bias)
+
+
+def _launch(x: torch.Tensor, weight: torch.Tensor, bias, n: int, act: int, config: TileConfig | None):
+    m, k = x.shape
+    config = config or tile_config(m, gated=act == SILU_MUL)
+    if k % config.block_k or x.stride(1) != 1 or weight.stride(1) != 1:
+        raise ValueError(f"linear_act needs K ({k}) a multiple of {config.block_k} and rows contiguous")
+    out = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    grid = (triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n),)
+    _linear_act_kernel[grid](x, weight, bias if bias is not None else weight, out, m, n, k, x.stride(0),
+                             weight.stride(0), n, ACT=act, HAS_BIAS=bias is not None,
+                             BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
+                             GROUP_M=config.group_m, num_warps=config.num_warps, num_stages=config.num_stages)
+    return out
+
+
+def linear_act(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, act: str,
+               config: TileConfig | None = None) -> torch.Tensor:
+    """x [M, K], weight [N, K], bias [N] | None -> act(x @ weight.T + bias) [M, N] in x's dtype; act a hidden_act
+    name of ACT_CODES."""
+    return _launch(x, weight, bias, weight.shape[0], ACT_CODES[act], config)
+
+
+def linear_silu_mul(x: torch.Tensor, weight: torch.Tensor, config: TileConfig | None = None) -> torch.Tensor:
+    """x [M, K], weight [2 * I, K] (gate rows, then up rows) -> silu(x @ gate.T) * (x @ up.T) [M, I]."""
+    return _launch(x, weight, None, weight.shape[0] // 2, SILU_MUL, config)
