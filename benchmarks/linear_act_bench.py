@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from common import graphed_ms, warm_gpu
 from embedpipe.kernels.cuda.triton_linear import TileConfig, linear_act, linear_silu_mul, tile_config
 from embedpipe.kernels.cuda.triton_ops import TritonOps
+from embedpipe.kernels.ops import TorchOps
 
 SHAPES = {  # name: (intermediate N, hidden K, gated)
     "minilm": (1536, 384, False),
@@ -48,11 +49,10 @@ def variants(x, w, b, gated: bool, sweep: bool):
 
 
 def reference(x, w, b, gated: bool):
-    y = F.linear(x.float(), w.float(), None if b is None else b.float())
+    """The engine's reference ops (TorchOps) in float32."""
     if gated:
-        gate, up = y.chunk(2, dim=-1)
-        return F.silu(gate) * up
-    return F.gelu(y)
+        return TorchOps.linear_silu_mul(x.float(), w.float())
+    return TorchOps.linear_act(x.float(), w.float(), b.float(), "gelu")
 
 
 def main():
@@ -83,8 +83,7 @@ def main():
                     row = {"shape": shape, "tokens": m, "variant": name, "error": repr(exc)[:200]}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-            if not gated:
-                print(f"  tile_config({m}) = {tile_config(m, gated)}")
+            print(f"  tile_config({m}, gated={gated}) = {tile_config(m, gated)}")
     with open(args.out, "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "clocks": clocks,
                    "rows": rows}, f, indent=1)

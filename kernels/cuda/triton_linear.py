@@ -32,7 +32,8 @@ class TileConfig:
 
 
 def tile_config(num_tokens: int, gated: bool) -> TileConfig:
-    """The tiles measured best on the H200 for a token count (benchmarks/linear_act_bench.py)."""
+    """The tiles for a token count: first guesses, never yet timed on a GPU; to be read off
+    benchmarks/linear_act_bench.py --sweep there."""
     if num_tokens <= 256:
         return TileConfig(64, 64, 64, 8, 4, 4)
     if gated:  # two accumulators per program

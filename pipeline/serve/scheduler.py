@@ -197,7 +197,8 @@ class Scheduler:
                 self._idle()
 
     def _inbox_closed(self) -> bool:
-        """Closing, nothing queued, and nothing can be queued any more (a submit checks _closing under the lock)."""
+        """With _closing set: nothing queued, and nothing can be queued any more (a submit checks _closing under
+        the lock)."""
         with self._inbox_lock:
             return not self._inbox
 
