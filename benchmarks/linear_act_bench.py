@@ -1,5 +1,6 @@
 """The feed-forward block's first matmul and its activation, fused (kernels/cuda/triton_linear.py) or not (cuBLAS,
-then the activation kernel the engine ran before), per model shape and token count, on one GPU:
+then the activation kernel the engine ran before), and the layer's other linears (the same kernel with no
+activation, against cuBLAS), per model shape and token count, on one GPU:
 
     python benchmarks/linear_act_bench.py --out linear-act.json [--sweep]
 
@@ -20,39 +21,55 @@ from embedpipe.kernels.cuda.triton_linear import TileConfig, linear_act, linear_
 from embedpipe.kernels.cuda.triton_ops import TritonOps
 from embedpipe.kernels.ops import TorchOps
 
-SHAPES = {  # name: (intermediate N, hidden K, gated)
-    "minilm": (1536, 384, False),
-    "bert-base": (3072, 768, False),
-    "qwen3-0.6b": (3072, 1024, True),
+SHAPES = {  # name: (output N, input K, epilogue, bias), most telling first
+    "bert-base": (3072, 768, "gelu", True),
+    "qwen3-0.6b": (3072, 1024, "silu_mul", False),
+    # the other linears of a layer, with no activation: is the kernel a better small-M GEMM than cuBLAS?
+    "bert-base qkv": (2304, 768, "identity", True),
+    "bert-base o": (768, 768, "identity", True),
+    "bert-base ffn2": (768, 3072, "identity", True),
+    "qwen3-0.6b qkv": (4096, 1024, "identity", False),
+    "qwen3-0.6b o": (1024, 2048, "identity", False),
+    "qwen3-0.6b down": (1024, 3072, "identity", False),
+    "minilm": (1536, 384, "gelu", True),
 }
-TOKENS = (64, 128, 2048, 32768)
-CANDIDATES = [TileConfig(*c) for c in (
-    (64, 64, 64, 8, 4, 4), (64, 32, 128, 8, 4, 3), (64, 128, 64, 8, 4, 4), (128, 64, 64, 8, 4, 4),
-    (128, 128, 64, 8, 8, 4), (128, 128, 64, 8, 4, 4), (128, 256, 64, 8, 8, 3), (256, 128, 64, 8, 8, 3))]
+TOKENS = {"gelu": (64, 128, 2048, 32768), "silu_mul": (64, 128, 2048, 32768), "identity": (128, 2048)}
+CANDIDATES = [TileConfig(*c) for c in (  # (block_m, block_n, block_k, group_m, warps, stages, tma)
+    # pointer loads: the best of the 2026-12-05 first sweep (call 1) at 64-128 and at 2,048-32,768 tokens
+    (64, 32, 128, 8, 4, 3), (16, 64, 64, 8, 4, 4), (128, 128, 64, 8, 8, 4), (128, 256, 64, 8, 8, 3),
+    # TMA loads
+    (32, 64, 64, 8, 4, 4, True), (64, 32, 128, 8, 4, 3, True), (64, 64, 64, 8, 4, 4, True),
+    (64, 128, 64, 8, 4, 4, True), (128, 64, 64, 8, 4, 4, True), (128, 128, 64, 8, 4, 4, True),
+    (128, 128, 64, 8, 8, 4, True), (128, 256, 64, 8, 8, 3, True), (128, 128, 128, 8, 8, 3, True),
+    (256, 128, 64, 8, 8, 3, True))]
 
 
-def variants(x, w, b, gated: bool, sweep: bool):
+def variants(x, w, b, epilogue: str, sweep: bool):
     """name -> callable; the first is the engine's unfused path (the baseline)."""
-    if gated:
+    if epilogue == "silu_mul":
         out = {"cublas+silu_mul": lambda: TritonOps.silu_and_mul(F.linear(x, w)),
+               "cublas alone": lambda: F.linear(x, w),  # the floor an epilogue could reach
                "fused": lambda: linear_silu_mul(x, w)}
-    else:
+    elif epilogue == "gelu":
         out = {"cublas+gelu": lambda: F.gelu(F.linear(x, w, b)),
+               "cublas alone": lambda: F.linear(x, w, b),
                "cublasLt-gelu-tanh": lambda: torch._addmm_activation(b, x, w.t(), use_gelu=True),
                "fused": lambda: linear_act(x, w, b, "gelu")}
+    else:
+        out = {"cublas": lambda: F.linear(x, w, b), "fused": lambda: linear_act(x, w, b, "identity")}
     if sweep:
         for c in CANDIDATES:
-            name = f"fused {c.block_m}x{c.block_n}x{c.block_k} w{c.num_warps} s{c.num_stages}"
-            out[name] = ((lambda c=c: linear_silu_mul(x, w, c)) if gated
-                         else (lambda c=c: linear_act(x, w, b, "gelu", c)))
+            name = f"fused {c.block_m}x{c.block_n}x{c.block_k} w{c.num_warps} s{c.num_stages}{' tma' if c.tma else ''}"
+            out[name] = ((lambda c=c: linear_silu_mul(x, w, c)) if epilogue == "silu_mul"
+                         else (lambda c=c: linear_act(x, w, b, epilogue, c)))
     return out
 
 
-def reference(x, w, b, gated: bool):
+def reference(x, w, b, epilogue: str):
     """The engine's reference ops (TorchOps) in float32."""
-    if gated:
+    if epilogue == "silu_mul":
         return TorchOps.linear_silu_mul(x.float(), w.float())
-    return TorchOps.linear_act(x.float(), w.float(), b.float(), "gelu")
+    return TorchOps.linear_act(x.float(), w.float(), b.float() if b is not None else None, epilogue)
 
 
 def main():
@@ -65,28 +82,30 @@ def main():
     clocks = warm_gpu(2.0)
     rows = []
     for shape in args.shapes.split(","):
-        n, k, gated = SHAPES[shape]
+        n, k, epilogue, has_bias = SHAPES[shape]
+        gated = epilogue == "silu_mul"
         w = torch.randn(2 * n if gated else n, k, device="cuda", dtype=torch.bfloat16) / k ** 0.5
-        b = None if gated else torch.randn(n, device="cuda", dtype=torch.bfloat16) * 0.1
-        for m in TOKENS:
+        b = torch.randn(n, device="cuda", dtype=torch.bfloat16) * 0.1 if has_bias else None
+        for m in TOKENS[epilogue]:
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-            ref = reference(x, w, b, gated)
+            ref = reference(x, w, b, epilogue)
             base = None
-            for name, fn in variants(x, w, b, gated, args.sweep).items():
+            for name, fn in variants(x, w, b, epilogue, args.sweep).items():
                 try:
                     y = fn()
                     base = y if base is None else base
-                    row = {"shape": shape, "tokens": m, "variant": name, "us": 1e3 * graphed_ms(fn),
-                           "max_err_vs_fp32": (y.float() - ref).abs().max().item(),
-                           "max_diff_vs_unfused": (y.float() - base.float()).abs().max().item()}
+                    row = {"shape": shape, "tokens": m, "variant": name, "us": 1e3 * graphed_ms(fn)}
+                    if name != "cublas alone":  # no activation: nothing to compare
+                        row.update(max_err_vs_fp32=(y.float() - ref).abs().max().item(),
+                                   max_diff_vs_unfused=(y.float() - base.float()).abs().max().item())
                 except Exception as exc:  # a tile that does not compile here is reported, not fatal
                     row = {"shape": shape, "tokens": m, "variant": name, "error": repr(exc)[:200]}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
             print(f"  tile_config({m}, gated={gated}) = {tile_config(m, gated)}")
-    with open(args.out, "w") as f:
-        json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "clocks": clocks,
-                   "rows": rows}, f, indent=1)
+            with open(args.out, "w") as f:  # after each size: a run cut short keeps what it measured
+                json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "clocks": clocks,
+                           "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -11,4 +11,5 @@ ACTIVATIONS = {
     "gelu_fast": lambda x: F.gelu(x, approximate="tanh"),
     "relu": F.relu,
     "silu": F.silu,
+    "identity": lambda x: x,  # a plain linear layer (ops.linear_act with no activation)
 }

@@ -93,6 +93,12 @@ class TorchOps:
         return _truncate_normalize(pooled, dim, normalize)
 
     @staticmethod
+    def linear(x, weight, bias=None):
+        """x @ weight.T + bias: a layer's plain projections (QKV, attention output, down). x [T, K], weight [N, K]
+        -> [T, N]."""
+        return F.linear(x, weight, bias)
+
+    @staticmethod
     def linear_act(x, weight, bias, act: str):
         """act(x @ weight.T + bias): a feed-forward block's first matmul and its activation (act: an ACTIVATIONS
         name). x [T, K], weight [N, K] -> [T, N]."""

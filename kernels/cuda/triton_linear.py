@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,7 @@ class TileConfig:
     group_m: int
     num_warps: int
     num_stages: int
+    tma: bool = False  # tiles loaded by the Tensor Memory Accelerator (Hopper on): _linear_act_tma_kernel
 
 
 def tile_config(num_tokens: int, gated: bool) -> TileConfig:
@@ -52,21 +54,25 @@ def _tile_of_program(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M
     return first_m + (pid % per_group) % group_rows, (pid % per_group) // group_rows
 
 
-ACT_CODES = {"gelu": 0, "gelu_new": 1, "gelu_pytorch_tanh": 1, "gelu_fast": 1, "relu": 2}  # of activations.py
+ACT_CODES = {"gelu": 0, "gelu_new": 1, "gelu_pytorch_tanh": 1, "gelu_fast": 1, "relu": 2,
+             "identity": 4}  # of activations.py
 SILU_MUL = 3
 
 
 @triton.jit
 def _activation(h, ACT: tl.constexpr):
-    """h float32 -> act(h) float32: 0 exact (erf) GELU, 1 tanh GELU, 2 ReLU, as torch computes them in float32."""
+    """h float32 -> act(h) float32: 0 exact (erf) GELU, 1 tanh GELU, 2 ReLU, 4 none, as torch computes them in
+    float32."""
     if ACT == 0:
         return 0.5 * h * (1.0 + tl.math.erf(h * 0.7071067811865476))
     elif ACT == 1:
         cube = h * h * h
         inner = 0.7978845608028654 * (h + 0.044715 * cube)
         return h / (1.0 + tl.exp(-2.0 * inner))  # 0.5 * h * (1 + tanh(inner)), without its cancellation below -4.5
-    else:
+    elif ACT == 2:
         return tl.maximum(h, 0.0, propagate_nan=tl.PropagateNan.ALL)  # torch's relu keeps NaN
+    else:
+        return h
 
 
 @triton.jit
@@ -103,10 +109,45 @@ def _linear_act_kernel(X, W, B, Out, M, N, K, stride_x, stride_w, up_rows,
     tl.store(Out + rows[:, None].to(tl.int64) * N + cols[None, :], out.to(dtype), mask=row_ok & col_ok)
 
 
-# TritonOps takes the fused kernel from this many tokens on; None: never. None until it has run on a GPU: so far it
-# ran only in Triton's interpreter (CI; no GPU was lent on 2026-12-05). linear_act_bench.py there sets the count
-# (below it, cuBLAS then the activation kernel) and test_fused_ops.py's GPU run checks it first.
-FUSED_MIN_TOKENS: int | None = None
+@triton.jit
+def _linear_act_tma_kernel(x_desc, w_desc, out_desc, B, M, N, K, up_rows,
+                           ACT: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                           BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """_linear_act_kernel with its tiles moved by TMA descriptors (x [BLOCK_M, BLOCK_K], W [BLOCK_N, BLOCK_K],
+    Out [BLOCK_M, BLOCK_N]): rows and columns past the tensors' ends load as zeros and are not stored."""
+    tile_m, tile_n = _tile_of_program(M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    off_m, off_n = tile_m * BLOCK_M, tile_n * BLOCK_N
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k in range(0, K, BLOCK_K):
+        x = x_desc.load([off_m, k])
+        acc = tl.dot(x, w_desc.load([off_n, k]).T, acc)
+        if ACT == 3:  # the up rows' tile of the same columns (a gate tile past N reads up rows: never stored)
+            acc_up = tl.dot(x, w_desc.load([up_rows + off_n, k]).T, acc_up)
+    dtype = out_desc.dtype
+    if ACT == 3:  # SILU_MUL
+        gate = acc.to(dtype).to(tl.float32)
+        silu = (gate / (1.0 + tl.exp(-gate))).to(dtype).to(tl.float32)
+        out = silu * acc_up.to(dtype).to(tl.float32)
+    else:
+        if HAS_BIAS:
+            cols = off_n + tl.arange(0, BLOCK_N)
+            acc += tl.load(B + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
+        out = _activation(acc.to(dtype).to(tl.float32), ACT)
+    out_desc.store([off_m, off_n], out.to(dtype))
+
+
+# The activations cuBLASLt's GELU epilogue (CUBLASLT_EPILOGUE_GELU_BIAS) computes: the tanh form, on the float32
+# accumulator. Outside TOKEN_RANGES TritonOps runs these there rather than as a second kernel; BERT's erf "gelu" is
+# not one of them. (2026-12-05, H200, 32,768 x 768 -> 3,072: 309 us against 381 for the matmul then the GELU.)
+CUBLASLT_GELU = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")
+
+
+# The token counts (least, most) at which TritonOps runs this kernel instead of cuBLAS (then the activation kernel),
+# per epilogue: "activation" (GELU, ReLU), "silu_mul", "identity" (the plain linears: QKV, output, down projections);
+# None: never. None until it has run on a GPU: so far it ran only in Triton's interpreter (CI; no GPU was lent on
+# 2026-12-05). benchmarks/linear_act_bench.py there sets the ranges and test_fused_ops.py's GPU run checks it first.
+TOKEN_RANGES: dict[str, tuple[int, int] | None] = {"activation": None, "silu_mul": None, "identity": None}
 
 
 def fused_fits(x: torch.Tensor, weight: torch.Tensor, act: str, bias: torch.Tensor | None = None) -> bool:
@@ -121,8 +162,9 @@ def fused_fits(x: torch.Tensor, weight: torch.Tensor, act: str, bias: torch.Tens
 
 
 def fused_takes(x: torch.Tensor, weight: torch.Tensor, act: str, bias: torch.Tensor | None = None) -> bool:
-    """Whether TritonOps runs a call fused: it fits, with FUSED_MIN_TOKENS tokens or more."""
-    return FUSED_MIN_TOKENS is not None and x.shape[0] >= FUSED_MIN_TOKENS and fused_fits(x, weight, act, bias)
+    """Whether TritonOps runs a call in this kernel: it fits, with a token count in its epilogue's TOKEN_RANGES."""
+    tokens = TOKEN_RANGES[act if act in ("identity", "silu_mul") else "activation"]
+    return tokens is not None and tokens[0] <= x.shape[0] <= tokens[1] and fused_fits(x, weight, act, bias)
 
 
 def _launch(x: torch.Tensor, weight: torch.Tensor, bias, n: int, act: int, config: TileConfig | None):
@@ -132,10 +174,17 @@ def _launch(x: torch.Tensor, weight: torch.Tensor, bias, n: int, act: int, confi
         raise ValueError(f"linear_act needs K ({k}) a multiple of {config.block_k} and rows contiguous")
     out = torch.empty((m, n), dtype=x.dtype, device=x.device)
     grid = (triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n),)
-    _linear_act_kernel[grid](x, weight, bias if bias is not None else weight, out, m, n, k, x.stride(0),
-                             weight.stride(0), n, ACT=act, HAS_BIAS=bias is not None,
-                             BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
-                             GROUP_M=config.group_m, num_warps=config.num_warps, num_stages=config.num_stages)
+    tiles = dict(ACT=act, HAS_BIAS=bias is not None, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
+                 BLOCK_K=config.block_k, GROUP_M=config.group_m, num_warps=config.num_warps,
+                 num_stages=config.num_stages)
+    b = bias if bias is not None else weight
+    if config.tma:
+        bm, bn, bk = config.block_m, config.block_n, config.block_k
+        _linear_act_tma_kernel[grid](TensorDescriptor.from_tensor(x, [bm, bk]),
+                                     TensorDescriptor.from_tensor(weight, [bn, bk]),
+                                     TensorDescriptor.from_tensor(out, [bm, bn]), b, m, n, k, n, **tiles)
+    else:
+        _linear_act_kernel[grid](x, weight, b, out, m, n, k, x.stride(0), weight.stride(0), n, **tiles)
     return out
 
 

@@ -233,9 +233,17 @@ class TritonOps:
         return q, k, v
 
     @staticmethod
+    def linear(x, weight, bias=None):
+        if triton_linear.fused_takes(x, weight, "identity", bias):
+            return triton_linear.linear_act(x, weight, bias, "identity")
+        return F.linear(x, weight, bias)
+
+    @staticmethod
     def linear_act(x, weight, bias, act):
         if triton_linear.fused_takes(x, weight, act, bias):
             return triton_linear.linear_act(x, weight, bias, act)
+        if act in triton_linear.CUBLASLT_GELU and bias is not None and x.dim() == 2:
+            return torch._addmm_activation(bias, x, weight.t(), use_gelu=True)  # cuBLASLt's GELU_BIAS epilogue
         return ACTIVATIONS[act](F.linear(x, weight, bias))
 
     @staticmethod

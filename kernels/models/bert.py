@@ -34,13 +34,15 @@ class BertEmbeddings(nn.Module):
 
 
 class BertSelfAttention(nn.Module):
-    def __init__(self, hidden: int, num_heads: int):
+    def __init__(self, hidden: int, num_heads: int, ops):
         super().__init__()
         self.num_heads, self.head_dim = num_heads, hidden // num_heads
         self.qkv = PackedLinear(hidden, {"query": hidden, "key": hidden, "value": hidden}, bias=True)
+        self.ops = ops
 
     def forward(self, x, attn: AttentionBackend):
-        q, k, v = self.qkv(x).view(x.shape[0], 3, self.num_heads, self.head_dim).unbind(1)
+        qkv = self.ops.linear(x, self.qkv.weight, self.qkv.bias)
+        q, k, v = qkv.view(x.shape[0], 3, self.num_heads, self.head_dim).unbind(1)
         return attn.forward(q, k, v).reshape(x.shape[0], -1)
 
 
@@ -55,13 +57,14 @@ class DenseLayerNorm(nn.Module):
 
     def forward(self, x, residual):
         ln = self.LayerNorm
-        return self.ops.add_layer_norm(self.dense(x), residual, ln.weight, ln.bias, ln.eps)
+        h = self.ops.linear(x, self.dense.weight, self.dense.bias)
+        return self.ops.add_layer_norm(h, residual, ln.weight, ln.bias, ln.eps)
 
 
 class BertAttention(nn.Module):
     def __init__(self, cfg: dict, ops):
         super().__init__()
-        self.self = BertSelfAttention(cfg["hidden_size"], cfg["num_attention_heads"])
+        self.self = BertSelfAttention(cfg["hidden_size"], cfg["num_attention_heads"], ops)
         self.output = DenseLayerNorm(cfg["hidden_size"], cfg["hidden_size"], cfg["layer_norm_eps"], ops)
 
     def forward(self, x, attn):

@@ -39,10 +39,11 @@ class Qwen3Attention(nn.Module):
 
     def forward(self, x, positions, rotary: RotaryEmbedding, attn: AttentionBackend):
         # q [T, H, D], k and v [T, Hkv, D]
-        q, k, v = self.ops.qk_norm_rope(self.qkv_proj(x), self.q_norm.weight, self.k_norm.weight, positions,
-                                        rotary.cos, rotary.sin, self.num_heads, self.num_kv_heads, self.head_dim,
-                                        self.q_norm.eps)
-        return self.o_proj(attn.forward(q, k, v).reshape(x.shape[0], -1))
+        qkv = self.ops.linear(x, self.qkv_proj.weight, self.qkv_proj.bias)
+        q, k, v = self.ops.qk_norm_rope(qkv, self.q_norm.weight, self.k_norm.weight, positions, rotary.cos, rotary.sin,
+                                        self.num_heads, self.num_kv_heads, self.head_dim, self.q_norm.eps)
+        o = self.o_proj
+        return self.ops.linear(attn.forward(q, k, v).reshape(x.shape[0], -1), o.weight, o.bias)
 
 
 class Qwen3MLP(nn.Module):
@@ -54,7 +55,7 @@ class Qwen3MLP(nn.Module):
         self.ops = ops
 
     def forward(self, x):
-        return self.down_proj(self.ops.linear_silu_mul(x, self.gate_up_proj.weight))
+        return self.ops.linear(self.ops.linear_silu_mul(x, self.gate_up_proj.weight), self.down_proj.weight)
 
 
 class Qwen3DecoderLayer(nn.Module):

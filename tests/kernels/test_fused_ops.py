@@ -79,7 +79,7 @@ def _linear_inputs(tokens, n, k, dtype, bias=True):
 
 
 @pytest.mark.parametrize("dtype", HALF_DTYPES)
-@pytest.mark.parametrize("act", ["gelu", "gelu_pytorch_tanh", "relu"])
+@pytest.mark.parametrize("act", ["gelu", "gelu_pytorch_tanh", "relu", "identity"])
 @pytest.mark.parametrize("tokens", LINEAR_TOKENS)
 @pytest.mark.parametrize("bias", [True, False])
 def test_linear_act_fused(dtype, act, tokens, bias):
@@ -107,12 +107,16 @@ def _close_in_ulps_and_mostly_equal(got, want, h, ulps: int):
     in the tail numpy's erf, which the interpreter runs, and torch's CPU erf differ by a few units."""
     keep = h.abs() <= 3 if DEVICE == "cpu" else torch.ones_like(h, dtype=torch.bool)
     info = torch.finfo(want.dtype)
-    got, want = got.float()[keep], want.float()[keep]
-    assert ((got - want).abs() <= ulps * info.eps * want.abs().clamp_min(info.tiny)).all()
+    got, want, h = got.float()[keep], want.float()[keep], h.float()[keep]
+    apart = (got - want).abs() / (info.eps * want.abs().clamp_min(info.tiny))  # in units of the last place
+    worst = apart.argmax()
+    assert (apart <= ulps).all(), (f"{(apart > ulps).sum().item()} elements more than {ulps} ulps apart; worst "
+                                   f"{apart[worst].item():.1f} at h={h[worst].item()}: {got[worst].item()} vs "
+                                   f"{want[worst].item()}; |h| of those: {h[apart > ulps].abs().min().item()} on")
     assert (got == want).float().mean() >= 0.99
 
 
-@pytest.mark.parametrize("act", ["gelu", "gelu_pytorch_tanh", "relu"])
+@pytest.mark.parametrize("act", ["gelu", "gelu_pytorch_tanh", "relu", "identity"])
 def test_linear_act_epilogue_rounds_where_the_reference_does(act):
     """An identity weight makes the matmul exact, so the epilogue alone is compared: x + bias rounded to the dtype,
     the activation in float32, one rounding (a tanh GELU for "gelu", a bias added after rounding, no rounding
@@ -147,11 +151,59 @@ def test_linear_act_large_tiles():
             _close(triton_linear.linear_act(x, w, b, "gelu", config), TorchOps.linear_act(x, w, b, "gelu"), x.dtype)
 
 
-def test_the_fused_kernel_is_taken_from_its_token_count_on(monkeypatch):
+@pytest.mark.parametrize("act", ["gelu", "identity", "silu_mul"])
+def test_linear_act_tma_tiles(act):
+    """The TMA variant (tiles moved by tensor descriptors): rows and columns past the ends (100 x 200 against
+    64 x 64 tiles) load as zeros and are not stored; the gated form reads its up tile at the right rows."""
+    dtype = HALF_DTYPES[0]
+    x, w, b = _linear_inputs(100, 200, 128, dtype)
+    config = triton_linear.TileConfig(64, 64, 64, 8, 4, 3, tma=True)
+    if act == "silu_mul":
+        wg = torch.cat([w, w.flip(0)])
+        got, want = triton_linear.linear_silu_mul(x, wg, config), TorchOps.linear_silu_mul(x, wg)
+    else:
+        got, want = triton_linear.linear_act(x, w, b, act, config), TorchOps.linear_act(x, w, b, act)
+    assert got.shape == want.shape
+    _close(got, want, dtype)
+
+
+def test_the_kernel_is_taken_within_its_epilogues_token_range(monkeypatch):
     x, w, b = _linear_inputs(64, 96, 128, torch.float16)
-    for least, taken in ((65, False), (64, True), (None, False)):  # None: never
-        monkeypatch.setattr(triton_linear, "FUSED_MIN_TOKENS", least)
-        assert triton_linear.fused_fits(x, w, "gelu", b) and triton_linear.fused_takes(x, w, "gelu", b) == taken
+    for act, kind in (("gelu", "activation"), ("relu", "activation"), ("identity", "identity")):
+        for tokens, taken in (((65, 100), False), ((64, 64), True), ((1, 63), False), (None, False)):  # None: never
+            monkeypatch.setitem(triton_linear.TOKEN_RANGES, kind, tokens)
+            assert triton_linear.fused_fits(x, w, act, b) and triton_linear.fused_takes(x, w, act, b) == taken
+    monkeypatch.setitem(triton_linear.TOKEN_RANGES, "identity", None)  # the others' ranges do not leak into it
+    monkeypatch.setitem(triton_linear.TOKEN_RANGES, "activation", (1, 1000))
+    assert not triton_linear.fused_takes(x, w, "identity", b) and triton_linear.fused_takes(x, w, "gelu", b)
+    wg = torch.cat([w, w])
+    for tokens, taken in (((1, 64), True), (None, False)):
+        monkeypatch.setitem(triton_linear.TOKEN_RANGES, "silu_mul", tokens)
+        assert triton_linear.fused_takes(x, wg, "silu_mul") == taken
+
+
+def test_triton_ops_linear_runs_the_kernel_within_its_range(monkeypatch):
+    """ops.linear (the plain projections): the kernel with no activation inside TOKEN_RANGES["identity"], cuBLAS's
+    F.linear outside it; the same result either way."""
+    x, w, b = _linear_inputs(64, 96, 128, HALF_DTYPES[0])
+    calls = []
+    kernel = triton_linear.linear_act
+    monkeypatch.setattr(triton_linear, "linear_act", lambda *args: calls.append(args[3]) or kernel(*args))
+    for tokens, ran in (((1, 64), ["identity"]), ((65, 2048), []), (None, [])):
+        calls.clear()
+        monkeypatch.setitem(triton_linear.TOKEN_RANGES, "identity", tokens)
+        got = TritonOps.linear(x, w, b)
+        assert calls == ran
+        _close(got, TorchOps.linear(x, w, b), x.dtype)
+
+
+@pytest.mark.parametrize("act", ["gelu_pytorch_tanh", "gelu"])
+def test_triton_ops_linear_act_outside_the_kernels_range(monkeypatch, act):
+    """Outside TOKEN_RANGES: a tanh GELU in cuBLASLt's epilogue (one rounding, after the activation), the erf GELU
+    as the matmul then the activation; both within the dtype's rounding of the reference."""
+    monkeypatch.setitem(triton_linear.TOKEN_RANGES, "activation", None)
+    x, w, b = _linear_inputs(64, 96, 128, HALF_DTYPES[0])
+    _close(TritonOps.linear_act(x, w, b, act), TorchOps.linear_act(x, w, b, act), x.dtype)
 
 
 def test_linear_act_falls_back_where_the_fused_kernel_does_not_fit():
