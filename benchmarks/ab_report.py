@@ -1,9 +1,9 @@
-"""Markdown tables from the A/B results files (latency_ab.py, serve_online_ab.py, batch1_profile.py's phases).
+"""Markdown tables from the A/B results files (latency_ab.py, serve_online_ab.py, linear_act_bench.py).
 
     python benchmarks/ab_report.py RESULTS_DIR > RESULTS_DIR/tables.md
 
-Every latency-ab.json, serve-online-ab.json and phases.json under RESULTS_DIR becomes one table, titled by its
-folder; nothing is typed by hand.
+Every latency-ab.json, serve-online-ab.json and linear-act.json under RESULTS_DIR becomes one table, titled by
+its folder; nothing is typed by hand.
 """
 from __future__ import annotations
 
@@ -58,6 +58,28 @@ def serve_table(data: dict) -> list[str]:
                     "process each."]
 
 
+def linear_act_table(data: dict) -> list[str]:
+    """linear_act_bench.py: per shape and token count, cuBLAS's rows and the fastest fused tile of each load kind."""
+    groups: dict[tuple, dict] = {}
+    for row in data["rows"]:
+        if "us" in row:
+            groups.setdefault((row["shape"], row["tokens"]), {})[row["variant"]] = row["us"]
+    lines = ["| shape | tokens | cuBLAS (+ activation kernel) us | cuBLAS matmul alone us | cuBLASLt tanh-GELU us | "
+             "fused, pointer loads: best us (tile) | fused, TMA: best us (tile) | best fused / cuBLAS (+ act) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for (shape, tokens), us in groups.items():
+        base_name = next(iter(us))
+        fused = {kind: min(((v, n) for n, v in us.items() if n.startswith("fused ") and ("tma" in n) == tma),
+                           default=None) for kind, tma in (("pointer", False), ("tma", True))}
+        best = min((f[0] for f in fused.values() if f), default=float("nan"))
+        cell = lambda f: f"{f[0]:.1f} ({f[1][6:]})" if f else "-"  # noqa: E731
+        alone, tanh = us.get("cublas alone"), us.get("cublasLt-gelu-tanh")
+        lines.append(f"| {shape} | {tokens} | {us[base_name]:.1f} | {f'{alone:.1f}' if alone else '-'} | "
+                     f"{f'{tanh:.1f}' if tanh else '-'} | {cell(fused['pointer'])} | {cell(fused['tma'])} | "
+                     f"{best / us[base_name]:.2f} |")
+    return lines + [f"\nDevice time per call, 20 calls in one replayed CUDA graph; {data['device']}, torch {data['torch']}."]
+
+
 def main():
     root = Path(sys.argv[1])
     for path in sorted(root.rglob("*.json")):
@@ -66,6 +88,8 @@ def main():
             lines = latency_table(data)
         elif path.name == "serve-online-ab.json":
             lines = serve_table(data)
+        elif path.name == "linear-act.json":
+            lines = linear_act_table(data)
         else:
             continue
         print(f"### {path.relative_to(root).parent} / {path.name}\n")

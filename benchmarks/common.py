@@ -109,15 +109,18 @@ def ceilings(device: str) -> dict[str, float]:
             "copy_tbps": 2 * src.numel() * src.element_size() / copy_ms / 1e9}
 
 
-def graphed_ms(fn, reps: int = 20, iters: int = 50) -> float:
-    """Device ms per call of fn, captured `reps` times back to back in one graph (the launch gaps of a model graph)."""
-    fn()
+def graphed_ms(fn, reps: int = 20, iters: int = 50, calls: list | None = None) -> float:
+    """Device ms per call of fn, captured `reps` times back to back in one graph (the launch gaps of a model graph).
+    `calls`: callables captured in turn instead of fn (e.g. each on its own copy of the weights, so that they come
+    from HBM as a model's layers do, not from L2)."""
+    calls = calls or [fn] * reps
+    calls[0]()
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        for _ in range(reps):
-            fn()
-    return cuda_ms(graph.replay, iters) / reps
+        for call in calls:
+            call()
+    return cuda_ms(graph.replay, iters) / len(calls)
 
 
 def warm_gpu(seconds: float = 0.5) -> dict:
