@@ -14,6 +14,7 @@ same columns) over the whole of K, programs grouped GROUP_M row tiles at a time 
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -31,6 +32,7 @@ class TileConfig:
     num_warps: int
     num_stages: int
     tma: bool = False  # tiles loaded by the Tensor Memory Accelerator (Hopper on): _linear_act_tma_kernel
+    persistent: bool = False  # TMA, one program per SM looping over the tiles
 
 
 def tile_config(num_tokens: int, gated: bool) -> TileConfig:
@@ -44,9 +46,8 @@ def tile_config(num_tokens: int, gated: bool) -> TileConfig:
 
 
 @triton.jit
-def _tile_of_program(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
-    """(row tile, column tile) of this program: GROUP_M row tiles share each column sweep (L2 reuse of x)."""
-    pid = tl.program_id(0)
+def _tile_of(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """(row tile, column tile) of tile number pid: GROUP_M row tiles share each column sweep (L2 reuse of x)."""
     tiles_m, tiles_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
     per_group = GROUP_M * tiles_n
     first_m = (pid // per_group) * GROUP_M
@@ -76,12 +77,25 @@ def _activation(h, ACT: tl.constexpr):
 
 
 @triton.jit
+def _epilogue(acc, acc_up, B, cols, N, dtype: tl.constexpr, ACT: tl.constexpr, HAS_BIAS: tl.constexpr):
+    """The float32 accumulators -> the output tile (float32, to be stored in dtype): rounded where the reference
+    (transformers' modules in dtype) rounds."""
+    if ACT == 3:  # SILU_MUL
+        gate = acc.to(dtype).to(tl.float32)
+        silu = (gate / (1.0 + tl.exp(-gate))).to(dtype).to(tl.float32)
+        return silu * acc_up.to(dtype).to(tl.float32)
+    if HAS_BIAS:
+        acc += tl.load(B + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
+    return _activation(acc.to(dtype).to(tl.float32), ACT)
+
+
+@triton.jit
 def _linear_act_kernel(X, W, B, Out, M, N, K, stride_x, stride_w, up_rows,
                        ACT: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                        BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     """Out [M, N] = act(X [M, K] @ W[:N].T (+ B)); ACT == SILU_MUL: silu(X @ W[:N].T) * (X @ W[up_rows:][:N].T).
     K is a multiple of BLOCK_K."""
-    tile_m, tile_n = _tile_of_program(M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    tile_m, tile_n = _tile_of(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
     ks = tl.arange(0, BLOCK_K)
@@ -98,14 +112,7 @@ def _linear_act_kernel(X, W, B, Out, M, N, K, stride_x, stride_w, up_rows,
         x_ptrs += BLOCK_K
         w_ptrs += BLOCK_K
     dtype = Out.dtype.element_ty
-    if ACT == 3:  # SILU_MUL
-        gate = acc.to(dtype).to(tl.float32)
-        silu = (gate / (1.0 + tl.exp(-gate))).to(dtype).to(tl.float32)
-        out = silu * acc_up.to(dtype).to(tl.float32)
-    else:
-        if HAS_BIAS:
-            acc += tl.load(B + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
-        out = _activation(acc.to(dtype).to(tl.float32), ACT)
+    out = _epilogue(acc, acc_up, B, cols, N, dtype, ACT, HAS_BIAS)
     tl.store(Out + rows[:, None].to(tl.int64) * N + cols[None, :], out.to(dtype), mask=row_ok & col_ok)
 
 
@@ -115,8 +122,28 @@ def _linear_act_tma_kernel(x_desc, w_desc, out_desc, B, M, N, K, up_rows,
                            BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     """_linear_act_kernel with its tiles moved by TMA descriptors (x [BLOCK_M, BLOCK_K], W [BLOCK_N, BLOCK_K],
     Out [BLOCK_M, BLOCK_N]): rows and columns past the tensors' ends load as zeros and are not stored."""
-    tile_m, tile_n = _tile_of_program(M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    off_m, off_n = tile_m * BLOCK_M, tile_n * BLOCK_N
+    tile_m, tile_n = _tile_of(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    _tma_tile(x_desc, w_desc, out_desc, B, N, K, up_rows, tile_m * BLOCK_M, tile_n * BLOCK_N,
+              ACT, HAS_BIAS, BLOCK_M, BLOCK_N, BLOCK_K)
+
+
+@triton.jit
+def _linear_act_tma_persistent_kernel(x_desc, w_desc, out_desc, B, M, N, K, up_rows,
+                                      ACT: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr,
+                                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """The TMA kernel with one program per SM, each taking every num_programs-th tile: no launch tail, and the
+    loads of a program's next tile can start while it stores the last."""
+    tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    for tile in tl.range(tl.program_id(0), tiles, tl.num_programs(0)):
+        tile_m, tile_n = _tile_of(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        _tma_tile(x_desc, w_desc, out_desc, B, N, K, up_rows, tile_m * BLOCK_M, tile_n * BLOCK_N,
+                  ACT, HAS_BIAS, BLOCK_M, BLOCK_N, BLOCK_K)
+
+
+@triton.jit
+def _tma_tile(x_desc, w_desc, out_desc, B, N, K, up_rows, off_m, off_n, ACT: tl.constexpr, HAS_BIAS: tl.constexpr,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """One [BLOCK_M, BLOCK_N] output tile at (off_m, off_n) over the whole of K."""
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k in range(0, K, BLOCK_K):
@@ -125,15 +152,7 @@ def _linear_act_tma_kernel(x_desc, w_desc, out_desc, B, M, N, K, up_rows,
         if ACT == 3:  # the up rows' tile of the same columns (a gate tile past N reads up rows: never stored)
             acc_up = tl.dot(x, w_desc.load([up_rows + off_n, k]).T, acc_up)
     dtype = out_desc.dtype
-    if ACT == 3:  # SILU_MUL
-        gate = acc.to(dtype).to(tl.float32)
-        silu = (gate / (1.0 + tl.exp(-gate))).to(dtype).to(tl.float32)
-        out = silu * acc_up.to(dtype).to(tl.float32)
-    else:
-        if HAS_BIAS:
-            cols = off_n + tl.arange(0, BLOCK_N)
-            acc += tl.load(B + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
-        out = _activation(acc.to(dtype).to(tl.float32), ACT)
+    out = _epilogue(acc, acc_up, B, off_n + tl.arange(0, BLOCK_N), N, dtype, ACT, HAS_BIAS)
     out_desc.store([off_m, off_n], out.to(dtype))
 
 
@@ -167,24 +186,30 @@ def fused_takes(x: torch.Tensor, weight: torch.Tensor, act: str, bias: torch.Ten
     return tokens is not None and tokens[0] <= x.shape[0] <= tokens[1] and fused_fits(x, weight, act, bias)
 
 
+@functools.cache
+def _sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
+
+
 def _launch(x: torch.Tensor, weight: torch.Tensor, bias, n: int, act: int, config: TileConfig | None):
     m, k = x.shape
     config = config or tile_config(m, gated=act == SILU_MUL)
     if k % config.block_k or x.stride(1) != 1 or weight.stride(1) != 1:
         raise ValueError(f"linear_act needs K ({k}) a multiple of {config.block_k} and rows contiguous")
     out = torch.empty((m, n), dtype=x.dtype, device=x.device)
-    grid = (triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n),)
-    tiles = dict(ACT=act, HAS_BIAS=bias is not None, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
-                 BLOCK_K=config.block_k, GROUP_M=config.group_m, num_warps=config.num_warps,
-                 num_stages=config.num_stages)
+    tiles = triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n)
+    grid = (min(tiles, _sm_count(x.device)) if config.persistent else tiles,)
+    meta = dict(ACT=act, HAS_BIAS=bias is not None, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
+                BLOCK_K=config.block_k, GROUP_M=config.group_m, num_warps=config.num_warps,
+                num_stages=config.num_stages)
     b = bias if bias is not None else weight
-    if config.tma:
+    if config.tma or config.persistent:
         bm, bn, bk = config.block_m, config.block_n, config.block_k
-        _linear_act_tma_kernel[grid](TensorDescriptor.from_tensor(x, [bm, bk]),
-                                     TensorDescriptor.from_tensor(weight, [bn, bk]),
-                                     TensorDescriptor.from_tensor(out, [bm, bn]), b, m, n, k, n, **tiles)
+        kernel = _linear_act_tma_persistent_kernel if config.persistent else _linear_act_tma_kernel
+        kernel[grid](TensorDescriptor.from_tensor(x, [bm, bk]), TensorDescriptor.from_tensor(weight, [bn, bk]),
+                     TensorDescriptor.from_tensor(out, [bm, bn]), b, m, n, k, n, **meta)
     else:
-        _linear_act_kernel[grid](x, weight, b, out, m, n, k, x.stride(0), weight.stride(0), n, **tiles)
+        _linear_act_kernel[grid](x, weight, b, out, m, n, k, x.stride(0), weight.stride(0), n, **meta)
     return out
 
 

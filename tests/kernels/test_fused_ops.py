@@ -151,13 +151,15 @@ def test_linear_act_large_tiles():
             _close(triton_linear.linear_act(x, w, b, "gelu", config), TorchOps.linear_act(x, w, b, "gelu"), x.dtype)
 
 
+@pytest.mark.parametrize("persistent", [False, True])
 @pytest.mark.parametrize("act", ["gelu", "identity", "silu_mul"])
-def test_linear_act_tma_tiles(act):
+def test_linear_act_tma_tiles(act, persistent):
     """The TMA variant (tiles moved by tensor descriptors): rows and columns past the ends (100 x 200 against
     64 x 64 tiles) load as zeros and are not stored; the gated form reads its up tile at the right rows."""
     dtype = HALF_DTYPES[0]
     x, w, b = _linear_inputs(100, 200, 128, dtype)
-    config = triton_linear.TileConfig(64, 64, 64, 8, 4, 3, tma=True)
+    config = triton_linear.TileConfig(64, 64, 64, 8, 4, 3, tma=True, persistent=persistent)  # persistent: 4 programs
+    # on the CPU, for 2 x 4 tiles: each loops
     if act == "silu_mul":
         wg = torch.cat([w, w.flip(0)])
         got, want = triton_linear.linear_silu_mul(x, wg, config), TorchOps.linear_silu_mul(x, wg)

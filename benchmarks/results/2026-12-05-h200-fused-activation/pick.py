@@ -21,7 +21,8 @@ def fused(shape, m):
 def parse(variant):  # "fused 128x256x64 w8 s3 tma" -> TileConfig args
     bm, bn, bk = map(int, re.search(r"(\d+)x(\d+)x(\d+)", variant).groups())
     w, st = int(re.search(r" w(\d+)", variant).group(1)), int(re.search(r" s(\d+)", variant).group(1))
-    return f"TileConfig({bm}, {bn}, {bk}, 8, {w}, {st}{', tma=True' if 'tma' in variant else ''})"
+    return (f"TileConfig({bm}, {bn}, {bk}, 8, {w}, {st}{', tma=True' if 'tma' in variant else ''}"
+            f"{', persistent=True' if 'persistent' in variant else ''})")
 
 
 choice, ranges = {}, {}
