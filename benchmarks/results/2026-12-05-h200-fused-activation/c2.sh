@@ -15,13 +15,13 @@ sed -i 's/^CUBLASLT_GELU = ("gelu_new"/CUBLASLT_GELU = ("gelu", "gelu_new"/' /tm
 build tanh /tmp/src-tanh
 timeout 100 python3 -m pytest -q -rf tests/kernels/test_fused_ops.py -p no:cacheprovider > $OUT/t-fused.log 2>&1; el "fused-op tests rc=$? $(tail -1 $OUT/t-fused.log)"
 cd benchmarks
-timeout 100 python3 linear_act_bench.py --sweep --shapes bert-base,qwen3-0.6b,minilm,bert-base\ ffn2 --out $OUT/linear-act.json > $OUT/linear-act.log 2>&1; el "sweep rc=$?"
+timeout 200 python3 linear_act_bench.py --sweep --shapes bert-base,qwen3-0.6b,minilm,bert-base\ ffn2,qwen3-0.6b\ down --out $OUT/linear-act.json > $OUT/linear-act.log 2>&1; el "sweep rc=$?"
 cd ..
 python3 benchmarks/results/2026-12-05-h200-fused-activation/pick.py $OUT/linear-act.json kernels/cuda/triton_linear.py > $OUT/pick.log 2>&1; el "pick rc=$?"
 mkdir -p /tmp/src-after && cp -r pyproject.toml README.md cli pipeline kernels configs /tmp/src-after/ && build after /tmp/src-after
 for site in /tmp/before /tmp/after /tmp/tanh; do PYTHONPATH=$site:$PYTHONPATH python3 -c "
 import embedpipe.kernels.cuda.triton_linear as t; print(t.__file__, getattr(t, 'TOKEN_RANGES', None), getattr(t, 'CUBLASLT_GELU', None), t.tile_config(128, False), t.tile_config(32768, True))" >> $OUT/steps.log 2>&1; done
 cd benchmarks
-timeout 90 python3 latency_ab.py --out $OUT --system before=/tmp/before --system after=/tmp/after --system tanh=/tmp/tanh --models bert-base,qwen3-0.6b --lengths 128 --attention triton --rounds 2 --throughput 64x512 > $OUT/latency.log 2>&1; el "latency ab rc=$?"
+timeout 150 python3 latency_ab.py --out $OUT --system before=/tmp/before --system after=/tmp/after --system tanh=/tmp/tanh --models bert-base,qwen3-0.6b --lengths 128 --attention triton --rounds 3 --throughput 64x512 > $OUT/latency.log 2>&1; el "latency ab rc=$?"
 cd ..
-timeout $(( 250 - ($(date +%s) - T0) )) python3 -m pytest -q tests/kernels/test_gpu_engine.py -p no:cacheprovider -k "(test_graph_replay_equals_eager and triton and (bert or qwen)) or (test_double_buffered and bert-base-auto)" > $OUT/t-engine.log 2>&1; el "engine tests rc=$? $(tail -1 $OUT/t-engine.log)"
+timeout $(( 520 - ($(date +%s) - T0) )) python3 -m pytest -q tests/kernels/test_gpu_engine.py -p no:cacheprovider -k "(test_graph_replay_equals_eager and triton and (bert or qwen)) or (test_double_buffered and bert-base-auto)" > $OUT/t-engine.log 2>&1; el "engine tests rc=$? $(tail -1 $OUT/t-engine.log)"
