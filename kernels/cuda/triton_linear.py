@@ -10,7 +10,10 @@ the erf form BERT checkpoints name "gelu"; here the epilogue is the reference's 
 rounded to the activation dtype (where transformers rounds it), the activation in float32, one rounding to store.
 
 Tiles: each program makes a [BLOCK_M, BLOCK_N] output tile (for silu-mul, the gate's and the up's tiles of the
-same columns) over the whole of K, programs grouped GROUP_M row tiles at a time so a band of x stays in L2.
+same columns) over the whole of K, moved by TMA descriptors, programs grouped GROUP_M row tiles at a time so a band
+of x stays in L2; above 256 tokens the gated form runs persistent (one program per SM). On the H200 the gated form
+beats cuBLAS + SiLU-and-mul and runs in the engine (TOKEN_RANGES); cuBLASLt's GELU epilogue beats the GELU forms, so
+BERT runs that (CUBLASLT_GELU).
 """
 from __future__ import annotations
 
@@ -31,17 +34,16 @@ class TileConfig:
     group_m: int
     num_warps: int
     num_stages: int
-    tma: bool = False  # tiles loaded by the Tensor Memory Accelerator (Hopper on): _linear_act_tma_kernel
-    persistent: bool = False  # TMA, one program per SM looping over the tiles
+    persistent: bool = False  # one program per SM looping over the tiles
 
 
 def tile_config(num_tokens: int, gated: bool) -> TileConfig:
-    """The tiles for a token count: first guesses, never yet timed on a GPU; to be read off
-    benchmarks/linear_act_bench.py --sweep there."""
+    """The tiles for a token count: the fastest of benchmarks/linear_act_bench.py --sweep on the H200 (2026-12-05,
+    results/2026-12-05-h200-fused-activation: BERT-base and Qwen3-0.6B shapes at 128 and 32,768 tokens)."""
     if num_tokens <= 256:
-        return TileConfig(64, 64, 64, 8, 4, 4)
+        return TileConfig(64, 32, 128, 8, 4, 3)
     if gated:  # two accumulators per program
-        return TileConfig(128, 128, 64, 8, 8, 4)
+        return TileConfig(128, 128, 64, 8, 8, 4, persistent=True)
     return TileConfig(128, 256, 64, 8, 8, 3)
 
 
@@ -90,59 +92,33 @@ def _epilogue(acc, acc_up, B, cols, N, dtype: tl.constexpr, ACT: tl.constexpr, H
 
 
 @triton.jit
-def _linear_act_kernel(X, W, B, Out, M, N, K, stride_x, stride_w, up_rows,
+def _linear_act_kernel(x_desc, w_desc, out_desc, B, M, N, K, up_rows,
                        ACT: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                        BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     """Out [M, N] = act(X [M, K] @ W[:N].T (+ B)); ACT == SILU_MUL: silu(X @ W[:N].T) * (X @ W[up_rows:][:N].T).
-    K is a multiple of BLOCK_K."""
-    tile_m, tile_n = _tile_of(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    ks = tl.arange(0, BLOCK_K)
-    row_ok, col_ok = rows[:, None] < M, cols[None, :] < N
-    x_ptrs = X + rows[:, None].to(tl.int64) * stride_x + ks[None, :]  # [BLOCK_M, BLOCK_K]
-    w_ptrs = W + cols[None, :].to(tl.int64) * stride_w + ks[:, None]  # [BLOCK_K, BLOCK_N]: W's rows as columns
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for _ in range(0, K, BLOCK_K):
-        x = tl.load(x_ptrs, mask=row_ok, other=0.0)
-        acc = tl.dot(x, tl.load(w_ptrs, mask=col_ok, other=0.0), acc)
-        if ACT == 3:
-            acc_up = tl.dot(x, tl.load(w_ptrs + up_rows * stride_w, mask=col_ok, other=0.0), acc_up)
-        x_ptrs += BLOCK_K
-        w_ptrs += BLOCK_K
-    dtype = Out.dtype.element_ty
-    out = _epilogue(acc, acc_up, B, cols, N, dtype, ACT, HAS_BIAS)
-    tl.store(Out + rows[:, None].to(tl.int64) * N + cols[None, :], out.to(dtype), mask=row_ok & col_ok)
-
-
-@triton.jit
-def _linear_act_tma_kernel(x_desc, w_desc, out_desc, B, M, N, K, up_rows,
-                           ACT: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                           BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
-    """_linear_act_kernel with its tiles moved by TMA descriptors (x [BLOCK_M, BLOCK_K], W [BLOCK_N, BLOCK_K],
+    One program per output tile; tiles moved by TMA descriptors (x [BLOCK_M, BLOCK_K], W [BLOCK_N, BLOCK_K],
     Out [BLOCK_M, BLOCK_N]): rows and columns past the tensors' ends load as zeros and are not stored."""
     tile_m, tile_n = _tile_of(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    _tma_tile(x_desc, w_desc, out_desc, B, N, K, up_rows, tile_m * BLOCK_M, tile_n * BLOCK_N,
-              ACT, HAS_BIAS, BLOCK_M, BLOCK_N, BLOCK_K)
+    _output_tile(x_desc, w_desc, out_desc, B, N, K, up_rows, tile_m * BLOCK_M, tile_n * BLOCK_N,
+                 ACT, HAS_BIAS, BLOCK_M, BLOCK_N, BLOCK_K)
 
 
 @triton.jit
-def _linear_act_tma_persistent_kernel(x_desc, w_desc, out_desc, B, M, N, K, up_rows,
-                                      ACT: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr,
-                                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
-    """The TMA kernel with one program per SM, each taking every num_programs-th tile: no launch tail, and the
+def _linear_act_persistent_kernel(x_desc, w_desc, out_desc, B, M, N, K, up_rows,
+                                  ACT: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr,
+                                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """_linear_act_kernel with one program per SM, each taking every num_programs-th tile: no launch tail, and the
     loads of a program's next tile can start while it stores the last."""
     tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     for tile in tl.range(tl.program_id(0), tiles, tl.num_programs(0)):
         tile_m, tile_n = _tile_of(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        _tma_tile(x_desc, w_desc, out_desc, B, N, K, up_rows, tile_m * BLOCK_M, tile_n * BLOCK_N,
-                  ACT, HAS_BIAS, BLOCK_M, BLOCK_N, BLOCK_K)
+        _output_tile(x_desc, w_desc, out_desc, B, N, K, up_rows, tile_m * BLOCK_M, tile_n * BLOCK_N,
+                        ACT, HAS_BIAS, BLOCK_M, BLOCK_N, BLOCK_K)
 
 
 @triton.jit
-def _tma_tile(x_desc, w_desc, out_desc, B, N, K, up_rows, off_m, off_n, ACT: tl.constexpr, HAS_BIAS: tl.constexpr,
-              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+def _output_tile(x_desc, w_desc, out_desc, B, N, K, up_rows, off_m, off_n, ACT: tl.constexpr,
+                 HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """One [BLOCK_M, BLOCK_N] output tile at (off_m, off_n) over the whole of K."""
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
@@ -156,27 +132,42 @@ def _tma_tile(x_desc, w_desc, out_desc, B, N, K, up_rows, off_m, off_n, ACT: tl.
     out_desc.store([off_m, off_n], out.to(dtype))
 
 
-# The activations cuBLASLt's GELU epilogue (CUBLASLT_EPILOGUE_GELU_BIAS) computes: the tanh form, on the float32
-# accumulator. Outside TOKEN_RANGES TritonOps runs these there rather than as a second kernel; BERT's erf "gelu" is
-# not one of them. (2026-12-05, H200, 32,768 x 768 -> 3,072: 309 us against 381 for the matmul then the GELU.)
-CUBLASLT_GELU = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")
+# The GELUs TritonOps runs in cuBLASLt's epilogue (CUBLASLT_EPILOGUE_GELU_BIAS, through torch._addmm_activation):
+# its tanh form on the float32 accumulator, for BERT's erf "gelu" too (as text-embeddings-inference does): it is
+# within 4.7e-4 of the erf form (at |h| = 2.7), less than a bfloat16 unit in the last place wherever |GELU| >= 0.05
+# (tests/kernels/test_fused_ops.py), and out of sight in the embeddings (cos >= 0.999 to the float32 reference:
+# tests/kernels/test_gpu_engine.py). Faster than the matmul then the GELU at every token count and than this
+# kernel's erf epilogue (H200, 2026-12-05, BERT-base 768 -> 3,072: 5.7 against 7.3 and 6.4 us at 128 tokens,
+# 310 against 377 and 405 us at 32,768; the engine at 64 x 512: 2.70 against 2.47 M tokens/s).
+CUBLASLT_GELU = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast")
 
 
 # The token counts (least, most) at which TritonOps runs this kernel instead of cuBLAS (then the activation kernel),
 # per epilogue: "activation" (GELU, ReLU), "silu_mul", "identity" (the plain linears: QKV, output, down projections);
-# None: never. None until it has run on a GPU: so far it ran only in Triton's interpreter (CI; no GPU was lent on
-# 2026-12-05). benchmarks/linear_act_bench.py there sets the ranges and test_fused_ops.py's GPU run checks it first.
-TOKEN_RANGES: dict[str, tuple[int, int] | None] = {"activation": None, "silu_mul": None, "identity": None}
+# None: never. From benchmarks/linear_act_bench.py --sweep on the H200 (2026-12-05): SiLU-and-mul wins from 64
+# tokens on (Qwen3-0.6B 1,024 -> 2 x 3,072: 7.3 against 8.1 us at 64 tokens, 725 against 767 at 32,768); GELU loses
+# to cuBLASLt's epilogue (above) and the plain projections to cuBLAS (1.05-1.7x slower) at every count measured.
+TOKEN_RANGES: dict[str, tuple[int, int] | None] = {"activation": None, "silu_mul": (64, 1 << 30), "identity": None}
+
+
+@functools.cache
+def _has_tma(device: torch.device) -> bool:
+    """The kernel moves its tiles by TMA (Hopper on); Triton's interpreter (CPU) runs it too."""
+    return device.type == "cpu" or torch.cuda.get_device_capability(device) >= (9, 0)
 
 
 def fused_fits(x: torch.Tensor, weight: torch.Tensor, act: str, bias: torch.Tensor | None = None) -> bool:
     """Whether the fused kernel can run a call: x [T, K] and weight [N, K] of one half-precision dtype (float32 would
     run tf32 dots), an activation it knows ("silu_mul" for linear_silu_mul), K a multiple of 64, rows contiguous,
-    a bias [N] if any."""
+    a bias [N] if any; for TMA, a GPU that has it, and rows (x's, weight's, the output's) and bases 16-byte
+    aligned."""
+    n = weight.shape[0] // 2 if act == "silu_mul" else weight.shape[0]
     return (x.dim() == 2 and weight.dim() == 2 and x.shape[1] == weight.shape[1]
             and x.dtype in (torch.float16, torch.bfloat16) and weight.dtype == x.dtype
             and (act in ACT_CODES or act == "silu_mul") and x.shape[1] % 64 == 0
             and x.stride(1) == 1 and weight.stride(1) == 1
+            and x.stride(0) % 8 == 0 and weight.stride(0) % 8 == 0 and n % 8 == 0  # 8 half-precision units: 16 bytes
+            and x.data_ptr() % 16 == 0 and weight.data_ptr() % 16 == 0 and _has_tma(x.device)
             and (bias is None or (bias.shape == (weight.shape[0],) and bias.stride(0) == 1)))
 
 
@@ -203,13 +194,10 @@ def _launch(x: torch.Tensor, weight: torch.Tensor, bias, n: int, act: int, confi
                 BLOCK_K=config.block_k, GROUP_M=config.group_m, num_warps=config.num_warps,
                 num_stages=config.num_stages)
     b = bias if bias is not None else weight
-    if config.tma or config.persistent:
-        bm, bn, bk = config.block_m, config.block_n, config.block_k
-        kernel = _linear_act_tma_persistent_kernel if config.persistent else _linear_act_tma_kernel
-        kernel[grid](TensorDescriptor.from_tensor(x, [bm, bk]), TensorDescriptor.from_tensor(weight, [bn, bk]),
-                     TensorDescriptor.from_tensor(out, [bm, bn]), b, m, n, k, n, **meta)
-    else:
-        _linear_act_kernel[grid](x, weight, b, out, m, n, k, x.stride(0), weight.stride(0), n, **meta)
+    bm, bn, bk = config.block_m, config.block_n, config.block_k
+    kernel = _linear_act_persistent_kernel if config.persistent else _linear_act_kernel
+    kernel[grid](TensorDescriptor.from_tensor(x, [bm, bk]), TensorDescriptor.from_tensor(weight, [bn, bk]),
+                 TensorDescriptor.from_tensor(out, [bm, bn]), b, m, n, k, n, **meta)
     return out
 
 

@@ -153,12 +153,12 @@ def test_linear_act_large_tiles():
 
 @pytest.mark.parametrize("persistent", [False, True])
 @pytest.mark.parametrize("act", ["gelu", "identity", "silu_mul"])
-def test_linear_act_tma_tiles(act, persistent):
-    """The TMA variant (tiles moved by tensor descriptors): rows and columns past the ends (100 x 200 against
-    64 x 64 tiles) load as zeros and are not stored; the gated form reads its up tile at the right rows."""
+def test_linear_act_partial_tiles(act, persistent):
+    """Tiles moved by tensor descriptors, one per program or persistent: rows and columns past the ends (100 x 200
+    against 64 x 64 tiles) load as zeros and are not stored; the gated form reads its up tile at the right rows."""
     dtype = HALF_DTYPES[0]
     x, w, b = _linear_inputs(100, 200, 128, dtype)
-    config = triton_linear.TileConfig(64, 64, 64, 8, 4, 3, tma=True, persistent=persistent)  # persistent: 4 programs
+    config = triton_linear.TileConfig(64, 64, 64, 8, 4, 3, persistent=persistent)  # persistent: 4 programs
     # on the CPU, for 2 x 4 tiles: each loops
     if act == "silu_mul":
         wg = torch.cat([w, w.flip(0)])
@@ -201,11 +201,39 @@ def test_triton_ops_linear_runs_the_kernel_within_its_range(monkeypatch):
 
 @pytest.mark.parametrize("act", ["gelu_pytorch_tanh", "gelu"])
 def test_triton_ops_linear_act_outside_the_kernels_range(monkeypatch, act):
-    """Outside TOKEN_RANGES: a tanh GELU in cuBLASLt's epilogue (one rounding, after the activation), the erf GELU
-    as the matmul then the activation; both within the dtype's rounding of the reference."""
+    """Outside TOKEN_RANGES a GELU runs in cuBLASLt's epilogue (CUDA: its tanh form, for the erf "gelu" too; the CPU's
+    addmm runs torch's GELU): within the dtype's rounding of the reference."""
     monkeypatch.setitem(triton_linear.TOKEN_RANGES, "activation", None)
     x, w, b = _linear_inputs(64, 96, 128, HALF_DTYPES[0])
     _close(TritonOps.linear_act(x, w, b, act), TorchOps.linear_act(x, w, b, act), x.dtype)
+
+
+@pytest.mark.skipif(DEVICE == "cpu", reason="cuBLASLt's epilogue: CUDA only")
+def test_erf_gelu_in_cublaslts_epilogue_is_its_tanh_form_within_a_unit():
+    """BERT's erf "gelu" runs as cuBLASLt's tanh GELU (CUBLASLT_GELU): through an identity weight, the tanh form of
+    x + bias rounded once (within a unit, or 1e-6 where 1 + tanh cancels), and within 4.7e-4 (the approximation's largest error, at
+    |h| = 2.7) plus a unit of the erf form."""
+    assert triton_linear.TOKEN_RANGES["activation"] is None and "gelu" in triton_linear.CUBLASLT_GELU
+    dtype = HALF_DTYPES[0]
+    x = (torch.rand(100, 128, device=DEVICE) * 10 - 5).to(dtype)
+    b = (torch.randn(128, device=DEVICE) * 0.5).to(dtype)
+    got = TritonOps.linear_act(x, torch.eye(128, device=DEVICE, dtype=dtype), b, "gelu").float()
+    h = x.float() + b.float()  # cuBLASLt adds the bias in float32, before the activation
+    unit = torch.finfo(dtype).eps * got.abs().clamp_min(torch.finfo(dtype).tiny)
+    assert ((got - F.gelu(h, approximate="tanh")).abs() <= unit + 1e-6).all()
+    assert ((got - F.gelu(h)).abs() <= 4.8e-4 + unit).all()
+
+
+def test_fused_fits_needs_tma_alignment_and_a_gpu_with_tma(monkeypatch):
+    """TMA descriptors need 16-byte aligned bases and rows (x's, the weight's, the output's) and a Hopper GPU."""
+    x, w, b = _linear_inputs(64, 96, 128, torch.float16)
+    assert triton_linear.fused_fits(x, w, "gelu", b)
+    shifted = x.view(-1)[1:1 + x.numel() - 128].view(63, 128)  # a base 2 bytes past 16-byte alignment
+    assert not triton_linear.fused_fits(shifted, w, "gelu", b)
+    assert not triton_linear.fused_fits(x, w[:92], "gelu", b[:92])  # 92 output columns: rows of 184 bytes
+    assert not triton_linear.fused_fits(x, torch.cat([w[:44], w[:44]]), "silu_mul")  # 44 columns: 88 bytes
+    monkeypatch.setattr(triton_linear, "_has_tma", lambda device: False)
+    assert not triton_linear.fused_fits(x, w, "gelu", b)
 
 
 def test_linear_act_falls_back_where_the_fused_kernel_does_not_fit():

@@ -2,7 +2,7 @@
 # Device call 2 (issue 19): the sweep again with TMA tiles, then the engine with the tiles and token ranges it picks
 # (pick.py, applied to this machine's copy of the checkout only) against 500ee79 ("before"), and against a build
 # that runs BERT's erf GELU as cuBLASLt's tanh-GELU epilogue ("tanh", an approximation: measured, not adopted).
-cd "$(dirname "$0")/../../.."
+cd "$(dirname "$0")/../../../.."
 T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 )) s] $*" | tee -a $OUT/steps.log; }
 mkdir -p /tmp/site
 . benchmarks/gpu_setup.sh > $OUT/setup.log 2>&1; el "setup"
@@ -17,7 +17,7 @@ timeout 100 python3 -m pytest -q -rf tests/kernels/test_fused_ops.py -p no:cache
 cd benchmarks
 timeout 200 python3 linear_act_bench.py --sweep --shapes bert-base,qwen3-0.6b,minilm,bert-base\ ffn2,qwen3-0.6b\ down --out $OUT/linear-act.json > $OUT/linear-act.log 2>&1; el "sweep rc=$?"
 cd ..
-python3 benchmarks/results/2026-12-05-h200-fused-activation/pick.py $OUT/linear-act.json kernels/cuda/triton_linear.py > $OUT/pick.log 2>&1; el "pick rc=$?"
+python3 benchmarks/results/2026-12-05-h200-fused-activation/call2/pick.py $OUT/linear-act.json kernels/cuda/triton_linear.py > $OUT/pick.log 2>&1; el "pick rc=$?"
 mkdir -p /tmp/src-after && cp -r pyproject.toml README.md cli pipeline kernels configs /tmp/src-after/ && build after /tmp/src-after
 for site in /tmp/before /tmp/after /tmp/tanh; do PYTHONPATH=$site:$PYTHONPATH python3 -c "
 import embedpipe.kernels.cuda.triton_linear as t; print(t.__file__, getattr(t, 'TOKEN_RANGES', None), getattr(t, 'CUBLASLT_GELU', None), t.tile_config(128, False), t.tile_config(32768, True))" >> $OUT/steps.log 2>&1; done
