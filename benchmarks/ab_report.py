@@ -77,7 +77,11 @@ def linear_act_table(data: dict) -> list[str]:
         lines.append(f"| {shape} | {tokens} | {us[base_name]:.1f} | {f'{alone:.1f}' if alone else '-'} | "
                      f"{f'{tanh:.1f}' if tanh else '-'} | {cell(fused['pointer'])} | {cell(fused['tma'])} | "
                      f"{best / us[base_name]:.2f} |")
-    return lines + [f"\nDevice time per call, 20 calls in one replayed CUDA graph; {data['device']}, torch {data['torch']}."]
+    copies = sorted({row["weight_copies"] for row in data["rows"] if row.get("weight_copies")})
+    where = (f"each call on its own copy of the weights where there are several ({copies[0]}-{copies[-1]} copies: "
+             "read from HBM, as a model's layers read theirs)" if copies else "all on one copy of the weights (L2-hot)")
+    return lines + [f"\nDevice time per call, the calls replayed in one CUDA graph, {where}; {data['device']}, "
+                    f"torch {data['torch']}."]
 
 
 def main():
