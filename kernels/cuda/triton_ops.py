@@ -242,7 +242,8 @@ class TritonOps:
     def linear_act(x, weight, bias, act):
         if triton_linear.fused_takes(x, weight, act, bias):
             return triton_linear.linear_act(x, weight, bias, act)
-        if act in triton_linear.CUBLASLT_GELU and bias is not None and x.dim() == 2:
+        if (act in triton_linear.CUBLASLT_GELU and bias is not None and x.dim() == 2
+                and x.dtype in (torch.float16, torch.bfloat16)):  # float32 keeps the exact form: the reference's
             return torch._addmm_activation(bias, x, weight.t(), use_gelu=True)  # cuBLASLt's GELU_BIAS epilogue
         return ACTIVATIONS[act](F.linear(x, weight, bias))
 
