@@ -15,7 +15,7 @@ mkdir -p /tmp/src-after && cp -r pyproject.toml README.md cli pipeline kernels c
 timeout 100 python3 -m pytest -q -rf tests/kernels/test_fused_ops.py -p no:cacheprovider > /tmp/logs/t-fused.log 2>&1; el "fused-op tests rc=$? $(tail -1 /tmp/logs/t-fused.log)"
 grep -E "^FAILED|^E  +AssertionError" /tmp/logs/t-fused.log | head -8 | tee -a $OUT/steps.log
 cd benchmarks
-timeout $(( 480 - ($(date +%s) - T0) )) python3 latency_ab.py --out $OUT --system before=/tmp/before --system after=/tmp/after --models minilm-l6,bert-base,qwen3-0.6b --lengths 128 --attention triton --rounds 4 --throughput 64x512 > /tmp/logs/latency.log 2>&1; el "latency ab rc=$?"
+timeout $(( 300 - ($(date +%s) - T0) )) python3 latency_ab.py --out $OUT --system before=/tmp/before --system after=/tmp/after --models minilm-l6,bert-base,qwen3-0.6b --lengths 128 --attention triton --rounds 4 --throughput 64x512 > /tmp/logs/latency.log 2>&1; el "latency ab rc=$?"
 cd ..
 tail -12 /tmp/logs/latency.log >> $OUT/steps.log
 tar -czf $OUT/logs.tar.gz -C /tmp logs
