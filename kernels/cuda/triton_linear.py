@@ -159,13 +159,14 @@ def _has_tma(device: torch.device) -> bool:
 
 def fused_fits(x: torch.Tensor, weight: torch.Tensor, act: str, bias: torch.Tensor | None = None) -> bool:
     """Whether the fused kernel can run a call: x [T, K] and weight [N, K] of one half-precision dtype (float32 would
-    run tf32 dots), an activation it knows ("silu_mul" for linear_silu_mul), K a multiple of 64, rows contiguous,
-    a bias [N] if any; for TMA, a GPU that has it, and rows (x's, weight's, the output's) and bases 16-byte
-    aligned."""
+    run tf32 dots), an activation it knows ("silu_mul" for linear_silu_mul), K a multiple of the BLOCK_K tile_config
+    picks for the token count, rows contiguous, a bias [N] if any; for TMA, a GPU that has it, and rows (x's,
+    weight's, the output's) and bases 16-byte aligned."""
     n = weight.shape[0] // 2 if act == "silu_mul" else weight.shape[0]
     return (x.dim() == 2 and weight.dim() == 2 and x.shape[1] == weight.shape[1]
             and x.dtype in (torch.float16, torch.bfloat16) and weight.dtype == x.dtype
-            and (act in ACT_CODES or act == "silu_mul") and x.shape[1] % 64 == 0
+            and (act in ACT_CODES or act == "silu_mul")
+            and x.shape[1] % tile_config(x.shape[0], gated=act == "silu_mul").block_k == 0
             and x.stride(1) == 1 and weight.stride(1) == 1
             and x.stride(0) % 8 == 0 and weight.stride(0) % 8 == 0 and n % 8 == 0  # 8 half-precision units: 16 bytes
             and x.data_ptr() % 16 == 0 and weight.data_ptr() % 16 == 0 and _has_tma(x.device)

@@ -282,6 +282,16 @@ def test_linear_act_falls_back_where_the_fused_kernel_does_not_fit():
         assert torch.equal(TritonOps.linear_act(x, w, b, act), TorchOps.linear_act(x, w, b, act))
 
 
+def test_fused_fits_needs_k_a_multiple_of_the_picked_block_k():
+    """K = 192: a multiple of the 64-wide K tiles above 256 tokens, not of the 128-wide ones below (tile_config);
+    where it does not fit, TritonOps runs cuBLAS (the kernel would refuse it)."""
+    for tokens, fits in ((64, False), (300, True)):
+        x, w, _ = _linear_inputs(tokens, 2 * 96, 192, HALF_DTYPES[0])
+        assert triton_linear.tile_config(tokens, gated=True).block_k == (128 if tokens <= 256 else 64)
+        assert triton_linear.fused_fits(x, w, "silu_mul") == fits
+        _close(TritonOps.linear_silu_mul(x, w), TorchOps.linear_silu_mul(x, w), x.dtype)
+
+
 @triton.jit
 def _run_time_loop(Bounds, Out):
     """Sums the integers [Bounds[p], Bounds[p + 1]): a loop with run-time bounds, as the mean pooling's."""
