@@ -132,6 +132,12 @@ def _tanh_gelu_float64(h):
 _FLOAT64_FORMS = {"gelu": _erf_gelu_float64, "gelu_pytorch_tanh": _tanh_gelu_float64}
 
 
+def _epilogue_inputs(dtype):
+    """x [100, 128] in [-6, 6), an identity weight (the matmul exact: the epilogue alone is seen), a bias [128]."""
+    x = (torch.rand(100, 128, device=DEVICE) * 12 - 6).to(dtype)
+    return x, torch.eye(128, device=DEVICE, dtype=dtype), (torch.randn(128, device=DEVICE) * 0.5).to(dtype)
+
+
 @pytest.mark.parametrize("act", ["gelu", "gelu_pytorch_tanh", "relu", "identity"])
 def test_linear_act_epilogue_rounds_where_the_reference_does(act):
     """An identity weight makes the matmul exact, so the epilogue alone is compared with the activation's float64
@@ -141,9 +147,8 @@ def test_linear_act_epilogue_rounds_where_the_reference_does(act):
     bound for erff) times 0.5 |h|, plus a unit (H200, call 4 of results/2026-12-05-h200-fused-activation: 1.2e-7
     at most, torch's own float32 GELU 4.8e-7); the tanh form, h / (1 + exp(-2u)), does not cancel."""
     dtype = HALF_DTYPES[0]
-    x = (torch.rand(100, 128, device=DEVICE) * 12 - 6).to(dtype)
-    b = (torch.randn(128, device=DEVICE) * 0.5).to(dtype)
-    got = triton_linear.linear_act(x, torch.eye(128, device=DEVICE, dtype=dtype), b, act)
+    x, eye, b = _epilogue_inputs(dtype)
+    got = triton_linear.linear_act(x, eye, b, act)
     h = (x.float() + b.float()).to(dtype).float()
     want = _FLOAT64_FORMS.get(act, ACTIVATIONS[act])(h.double()).to(dtype)
     tail = h < -3 if act == "gelu" else torch.zeros_like(h, dtype=torch.bool)
@@ -241,9 +246,8 @@ def test_erf_gelu_in_cublaslts_epilogue_is_its_tanh_form():
     the erf form's (call 4: 78% and 3% of the elements)."""
     assert triton_linear.TOKEN_RANGES["activation"] is None and "gelu" in triton_linear.CUBLASLT_GELU
     dtype = HALF_DTYPES[0]
-    x = (torch.rand(100, 128, device=DEVICE) * 12 - 6).to(dtype)
-    b = (torch.randn(128, device=DEVICE) * 0.5).to(dtype)
-    got = TritonOps.linear_act(x, torch.eye(128, device=DEVICE, dtype=dtype), b, "gelu").float()
+    x, eye, b = _epilogue_inputs(dtype)
+    got = TritonOps.linear_act(x, eye, b, "gelu").float()
     h = x.float() + b.float()
     tanh_form, erf_form = _tanh_gelu_float64(h.double()), _erf_gelu_float64(h.double())
     unit = torch.finfo(dtype).eps * got.abs()
