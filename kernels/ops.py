@@ -31,6 +31,12 @@ class TorchOps:
         return F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
 
     @staticmethod
+    def linear_add_layer_norm(x, weight, bias, residual, ln_weight, ln_bias, eps):
+        """LayerNorm(x @ weight.T + bias + residual): BERT's output projections and the post-LN after them. x [T, K],
+        weight [N, K] -> [T, N]."""
+        return TorchOps.add_layer_norm(F.linear(x, weight, bias), residual, ln_weight, ln_bias, eps)
+
+    @staticmethod
     def embed_layer_norm(input_ids, positions, token_type_ids, word, position, token_type, weight, bias, eps):
         """BERT's embeddings: LayerNorm(word[ids] + token_type[types] + position[positions]), added in that order
         in the activation dtype (transformers' order); token_type_ids None: type 0 everywhere. -> [T, hidden]."""
@@ -44,6 +50,12 @@ class TorchOps:
         if residual is not None:
             x = x + residual
         return _rms_norm(x, weight, eps), x
+
+    @staticmethod
+    def linear_add_rms_norm(x, weight, bias, residual, norm_weight, eps):
+        """add_rms_norm(x @ weight.T + bias, residual): Qwen3's o_proj / down_proj and the RMSNorm after them. x [T, K],
+        weight [N, K] -> (normed [T, N], sum [T, N])."""
+        return TorchOps.add_rms_norm(F.linear(x, weight, bias), residual, norm_weight, eps)
 
     @staticmethod
     def qk_norm_rope(qkv, q_weight, k_weight, positions, cos, sin, num_heads, num_kv_heads, head_dim, eps):

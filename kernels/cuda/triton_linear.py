@@ -152,7 +152,7 @@ TOKEN_RANGES: dict[str, tuple[int, int] | None] = {"activation": None, "silu_mul
 
 
 @functools.cache
-def _has_tma(device: torch.device) -> bool:
+def has_tma(device: torch.device) -> bool:
     """The kernel moves its tiles by TMA (Hopper on); Triton's interpreter (CPU) runs it too."""
     return device.type == "cpu" or torch.cuda.get_device_capability(device) >= (9, 0)
 
@@ -169,7 +169,7 @@ def fused_fits(x: torch.Tensor, weight: torch.Tensor, act: str, bias: torch.Tens
             and x.shape[1] % tile_config(x.shape[0], gated=act == "silu_mul").block_k == 0
             and x.stride(1) == 1 and weight.stride(1) == 1
             and x.stride(0) % 8 == 0 and weight.stride(0) % 8 == 0 and n % 8 == 0  # 8 half-precision units: 16 bytes
-            and x.data_ptr() % 16 == 0 and weight.data_ptr() % 16 == 0 and _has_tma(x.device)
+            and x.data_ptr() % 16 == 0 and weight.data_ptr() % 16 == 0 and has_tma(x.device)
             and (bias is None or (bias.shape == (weight.shape[0],) and bias.stride(0) == 1)))
 
 
@@ -180,7 +180,7 @@ def fused_takes(x: torch.Tensor, weight: torch.Tensor, act: str, bias: torch.Ten
 
 
 @functools.cache
-def _sm_count(device: torch.device) -> int:
+def sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
 
 
@@ -191,7 +191,7 @@ def _launch(x: torch.Tensor, weight: torch.Tensor, bias, n: int, act: int, confi
         raise ValueError(f"linear_act needs K ({k}) a multiple of {config.block_k} and rows contiguous")
     out = torch.empty((m, n), dtype=x.dtype, device=x.device)
     tiles = triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n)
-    grid = (min(tiles, _sm_count(x.device)) if config.persistent else tiles,)
+    grid = (min(tiles, sm_count(x.device)) if config.persistent else tiles,)
     meta = dict(ACT=act, HAS_BIAS=bias is not None, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
                 BLOCK_K=config.block_k, GROUP_M=config.group_m, num_warps=config.num_warps,
                 num_stages=config.num_stages)

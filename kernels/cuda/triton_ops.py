@@ -8,7 +8,7 @@ import triton
 import triton.language as tl
 
 from embedpipe.kernels.activations import ACTIVATIONS
-from embedpipe.kernels.cuda import triton_linear
+from embedpipe.kernels.cuda import triton_linear, triton_split_k
 
 
 @triton.jit
@@ -23,12 +23,30 @@ def _store_layer_norm(x, W, B, Out, cols, mask, N, eps):
 
 
 @triton.jit
-def _add_layer_norm_kernel(X, R, W, B, Out, stride_x, stride_r, N, eps,
-                           HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr):
+def _projection_row(X, Bias, row, stride_x, plane, cols, mask, dtype: tl.constexpr, SPLITS: tl.constexpr,
+                    HAS_BIAS: tl.constexpr):
+    """A row of a projection's output, float32 [BLOCK]: X's (SPLITS == 0: X is the output), or the sum of X's SPLITS
+    float32 partial planes ([SPLITS, T, N], `plane` elements apart: triton_split_k), in order, plus the bias, rounded
+    to dtype where the matmul rounds its output."""
+    if SPLITS == 0:
+        return tl.load(X + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+    acc = tl.load(X + row * stride_x + cols, mask=mask, other=0.0)
+    for _ in tl.static_range(1, SPLITS):
+        X += plane  # pointer arithmetic: 64-bit
+        acc += tl.load(X + row * stride_x + cols, mask=mask, other=0.0)
+    if HAS_BIAS:
+        acc += tl.load(Bias + cols, mask=mask, other=0.0).to(tl.float32)
+    return acc.to(dtype).to(tl.float32)
+
+
+@triton.jit
+def _add_layer_norm_kernel(X, Bias, R, W, B, Out, stride_x, plane, stride_r, N, eps, SPLITS: tl.constexpr,
+                           HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr):
+    """One program per row: LayerNorm(x + residual), x a projection's output row (_projection_row)."""
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     mask = cols < N
-    x = tl.load(X + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+    x = _projection_row(X, Bias, row, stride_x, plane, cols, mask, Out.dtype.element_ty, SPLITS, HAS_BIAS)
     if HAS_RESIDUAL:
         x += tl.load(R + row * stride_r + cols, mask=mask, other=0.0).to(tl.float32)
         x = x.to(Out.dtype.element_ty).to(tl.float32)  # the reference adds in the activation dtype
@@ -52,12 +70,13 @@ def _embed_layer_norm_kernel(Ids, Pos, Types, Word, Position, TokenType, W, B, O
 
 
 @triton.jit
-def _add_rms_norm_kernel(X, R, W, Out, Sum, stride_x, stride_r, N, eps,
-                         HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr):
+def _add_rms_norm_kernel(X, Bias, R, W, Out, Sum, stride_x, plane, stride_r, N, eps, SPLITS: tl.constexpr,
+                         HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr):
+    """One program per row: s = x + residual and RMSNorm(s), x a projection's output row (_projection_row)."""
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     mask = cols < N
-    x = tl.load(X + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+    x = _projection_row(X, Bias, row, stride_x, plane, cols, mask, Out.dtype.element_ty, SPLITS, HAS_BIAS)
     if HAS_RESIDUAL:
         x += tl.load(R + row * stride_r + cols, mask=mask, other=0.0).to(tl.float32)
     s = x.to(Out.dtype.element_ty)
@@ -171,6 +190,37 @@ def _pool_rows(hidden, bounds, num_rows: int, bounds_stride: int, mode: str, dim
     return out
 
 
+def _projection_args(x, bias):
+    """The norm kernels' view of their input x: a projection's output [T, N], or its float32 partial sums [splits, T,
+    N] (triton_split_k) with the projection's bias -> (tokens, N, row stride, plane stride, SPLITS, bias pointer)."""
+    splits = x.shape[0] if x.dim() == 3 else 0
+    plane = x.stride(0) if splits else 0
+    return x.shape[-2], x.shape[-1], x.stride(-2), plane, splits, (bias if bias is not None else x)
+
+
+def _add_layer_norm(x, bias, dtype, residual, weight, ln_bias, eps):
+    """LayerNorm(x (+ bias, for partial sums) + residual) [T, N] in dtype (_add_layer_norm_kernel)."""
+    num_tokens, n, stride_x, plane, splits, b = _projection_args(x, bias)
+    out = torch.empty((num_tokens, n), dtype=dtype, device=x.device)
+    r = residual if residual is not None else out
+    _add_layer_norm_kernel[(num_tokens,)](x, b, r, weight, ln_bias, out, stride_x, plane, r.stride(0), n, eps,
+                                          SPLITS=splits, HAS_BIAS=bias is not None, HAS_RESIDUAL=residual is not None,
+                                          BLOCK=triton.next_power_of_2(n))
+    return out
+
+
+def _add_rms_norm(x, bias, dtype, residual, weight, eps):
+    """(RMSNorm(s), s), s = x (+ bias, for partial sums) + residual [T, N] in dtype (_add_rms_norm_kernel)."""
+    num_tokens, n, stride_x, plane, splits, b = _projection_args(x, bias)
+    out = torch.empty((num_tokens, n), dtype=dtype, device=x.device)
+    total = torch.empty_like(out)
+    r = residual if residual is not None else out
+    _add_rms_norm_kernel[(num_tokens,)](x, b, r, weight, out, total, stride_x, plane, r.stride(0), n, eps,
+                                        SPLITS=splits, HAS_BIAS=bias is not None, HAS_RESIDUAL=residual is not None,
+                                        BLOCK=triton.next_power_of_2(n))
+    return out, total
+
+
 class TritonOps:
     @staticmethod
     def token_layout(cu_seqlens, num_tokens: int):
@@ -192,12 +242,13 @@ class TritonOps:
 
     @staticmethod
     def add_layer_norm(x, residual, weight, bias, eps):
-        num_tokens, n = x.shape
-        out = torch.empty((num_tokens, n), dtype=x.dtype, device=x.device)
-        r = residual if residual is not None else x
-        _add_layer_norm_kernel[(num_tokens,)](x, r, weight, bias, out, x.stride(0), r.stride(0), n, eps,
-                                              HAS_RESIDUAL=residual is not None, BLOCK=triton.next_power_of_2(n))
-        return out
+        return _add_layer_norm(x, None, x.dtype, residual, weight, bias, eps)
+
+    @staticmethod
+    def linear_add_layer_norm(x, weight, bias, residual, ln_weight, ln_bias, eps):
+        if triton_split_k.takes(x, weight):  # the partial sums, added up by the norm kernel
+            return _add_layer_norm(triton_split_k.partials(x, weight), bias, x.dtype, residual, ln_weight, ln_bias, eps)
+        return TritonOps.add_layer_norm(TritonOps.linear(x, weight, bias), residual, ln_weight, ln_bias, eps)
 
     @staticmethod
     def embed_layer_norm(input_ids, positions, token_type_ids, word, position, token_type, weight, bias, eps):
@@ -211,13 +262,13 @@ class TritonOps:
 
     @staticmethod
     def add_rms_norm(x, residual, weight, eps):
-        num_tokens, n = x.shape
-        out = torch.empty((num_tokens, n), dtype=x.dtype, device=x.device)
-        total = torch.empty_like(out)
-        r = residual if residual is not None else x
-        _add_rms_norm_kernel[(num_tokens,)](x, r, weight, out, total, x.stride(0), r.stride(0), n, eps,
-                                            HAS_RESIDUAL=residual is not None, BLOCK=triton.next_power_of_2(n))
-        return out, total
+        return _add_rms_norm(x, None, x.dtype, residual, weight, eps)
+
+    @staticmethod
+    def linear_add_rms_norm(x, weight, bias, residual, norm_weight, eps):
+        if triton_split_k.takes(x, weight):  # the partial sums, added up by the norm kernel
+            return _add_rms_norm(triton_split_k.partials(x, weight), bias, x.dtype, residual, norm_weight, eps)
+        return TritonOps.add_rms_norm(TritonOps.linear(x, weight, bias), residual, norm_weight, eps)
 
     @staticmethod
     def qk_norm_rope(qkv, q_weight, k_weight, positions, cos, sin, num_heads, num_kv_heads, head_dim, eps):

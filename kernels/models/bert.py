@@ -57,8 +57,7 @@ class DenseLayerNorm(nn.Module):
 
     def forward(self, x, residual):
         ln = self.LayerNorm
-        h = self.ops.linear(x, self.dense.weight, self.dense.bias)
-        return self.ops.add_layer_norm(h, residual, ln.weight, ln.bias, ln.eps)
+        return self.ops.linear_add_layer_norm(x, self.dense.weight, self.dense.bias, residual, ln.weight, ln.bias, ln.eps)
 
 
 class BertAttention(nn.Module):

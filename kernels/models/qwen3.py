@@ -3,7 +3,8 @@ scored by the last token's "yes" / "no" logits).
 
 Pre-norm RMSNorm blocks, grouped-query attention with per-head q/k RMSNorm before RoPE, SwiGLU.
 Parameter names follow the Hugging Face checkpoints; q/k/v and gate/up load into fused matmuls.
-The residual stream travels beside the hidden state so each add fuses into the next norm.
+The residual stream travels beside the hidden state so each add fuses into the next norm, and each projection before
+a norm runs with it (ops.linear_add_rms_norm).
 """
 from __future__ import annotations
 
@@ -38,12 +39,12 @@ class Qwen3Attention(nn.Module):
         self.ops = ops
 
     def forward(self, x, positions, rotary: RotaryEmbedding, attn: AttentionBackend):
+        """x [T, hidden] -> the attention's output before o_proj [T, H * D] (o_proj runs with the norm after it)."""
         # q [T, H, D], k and v [T, Hkv, D]
         qkv = self.ops.linear(x, self.qkv_proj.weight, self.qkv_proj.bias)
         q, k, v = self.ops.qk_norm_rope(qkv, self.q_norm.weight, self.k_norm.weight, positions, rotary.cos, rotary.sin,
                                         self.num_heads, self.num_kv_heads, self.head_dim, self.q_norm.eps)
-        o = self.o_proj
-        return self.ops.linear(attn.forward(q, k, v).reshape(x.shape[0], -1), o.weight, o.bias)
+        return attn.forward(q, k, v).reshape(x.shape[0], -1)
 
 
 class Qwen3MLP(nn.Module):
@@ -55,7 +56,9 @@ class Qwen3MLP(nn.Module):
         self.ops = ops
 
     def forward(self, x):
-        return self.ops.linear(self.ops.linear_silu_mul(x, self.gate_up_proj.weight), self.down_proj.weight)
+        """x [T, hidden] -> the MLP's output before down_proj [T, intermediate] (down_proj runs with the norm after
+        it)."""
+        return self.ops.linear_silu_mul(x, self.gate_up_proj.weight)
 
 
 class Qwen3DecoderLayer(nn.Module):
@@ -67,14 +70,16 @@ class Qwen3DecoderLayer(nn.Module):
         self.mlp = Qwen3MLP(cfg, ops)
         self.ops = ops
 
-    def forward(self, x, residual, positions, rotary, attn):
-        """Returns (this layer's MLP output, the residual stream before it); their sum is the layer output."""
-        norm = self.input_layernorm
-        h, residual = self.ops.add_rms_norm(x, residual, norm.weight, norm.eps)
-        h = self.self_attn(h, positions, rotary, attn)
-        norm = self.post_attention_layernorm
-        h, residual = self.ops.add_rms_norm(h, residual, norm.weight, norm.eps)
-        return self.mlp(h), residual
+    def forward(self, h, residual, next_norm: RMSNorm, positions, rotary, attn):
+        """h: this layer's input after its input_layernorm; residual: the input itself. Returns (the layer's output
+        after next_norm: the next layer's input_layernorm, or the model's final norm; the output itself). Each
+        projection runs with the add and the norm after it (ops.linear_add_rms_norm)."""
+        o, norm = self.self_attn.o_proj, self.post_attention_layernorm
+        h, residual = self.ops.linear_add_rms_norm(self.self_attn(h, positions, rotary, attn), o.weight, o.bias,
+                                                   residual, norm.weight, norm.eps)
+        down = self.mlp.down_proj
+        return self.ops.linear_add_rms_norm(self.mlp(h), down.weight, down.bias, residual, next_norm.weight,
+                                            next_norm.eps)
 
 
 class Qwen3Model(nn.Module):
@@ -101,10 +106,12 @@ class Qwen3Model(nn.Module):
         return AttentionSpec(cfg["num_attention_heads"], cfg["num_key_value_heads"], _head_dim(cfg), causal)
 
     def forward(self, input_ids, positions, token_type_ids=None):
-        x, residual = self.embed_tokens(input_ids), None
-        for layer in self.layers:
-            x, residual = layer(x, residual, positions, self.rotary, self.attn)
-        return self.ops.add_rms_norm(x, residual, self.norm.weight, self.norm.eps)[0]
+        first = self.layers[0].input_layernorm
+        h, residual = self.ops.add_rms_norm(self.embed_tokens(input_ids), None, first.weight, first.eps)
+        next_norms = [layer.input_layernorm for layer in self.layers[1:]] + [self.norm]
+        for layer, next_norm in zip(self.layers, next_norms):
+            h, residual = layer(h, residual, next_norm, positions, self.rotary, self.attn)
+        return h
 
 
 class Qwen3Reranker(Qwen3Model):

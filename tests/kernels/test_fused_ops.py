@@ -267,7 +267,7 @@ def test_fused_fits_needs_tma_alignment_and_a_gpu_with_tma(monkeypatch):
     assert not triton_linear.fused_fits(shifted, w, "gelu", b)
     assert not triton_linear.fused_fits(x, w[:92], "gelu", b[:92])  # 92 output columns: rows of 184 bytes
     assert not triton_linear.fused_fits(x, torch.cat([w[:44], w[:44]]), "silu_mul")  # 44 columns: 88 bytes
-    monkeypatch.setattr(triton_linear, "_has_tma", lambda device: False)
+    monkeypatch.setattr(triton_linear, "has_tma", lambda device: False)
     assert not triton_linear.fused_fits(x, w, "gelu", b)
 
 

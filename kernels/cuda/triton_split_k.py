@@ -1,0 +1,107 @@
+"""A projection's matmul split along K into float32 partial sums, for the add-and-norm kernel after it to add up (CUDA,
+Triton).
+
+BERT's attention-output and FFN-output projections feed LayerNorm(x + residual), Qwen3's o_proj and down_proj feed
+RMSNorm(x + residual) (kernels/cuda/triton_ops.py). At a batch of one these are small matmuls ([128, 3,072] x [3,072,
+768] for BERT-base's FFN output) whose output tiles leave most SMs idle: cuBLAS splits some of them along K and adds
+the pieces in a reduce kernel of its own (2.4 us of each BERT-base layer's ~30 at 1 x 128 tokens, H200, 2026-12-04),
+others it does not split. Here every such projection is split so that its programs fill the SMs, the pieces are the
+planes of a float32 [splits, T, N] tensor, and the norm kernel that follows sums them in a fixed order as it loads
+each row, then adds the bias and rounds to the activation dtype where the matmul would have: one kernel less per
+projection, and the same arithmetic as cuBLAS's output (float32 sums, bias, one rounding) up to the order of the sums.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+from embedpipe.kernels.cuda.triton_linear import has_tma, sm_count
+
+
+@dataclass(frozen=True)
+class SplitConfig:
+    block_m: int
+    block_n: int
+    block_k: int
+    splits: int  # K ranges, one plane of partial sums each
+    num_warps: int = 4
+    num_stages: int = 3
+
+
+MAX_SPLITS = 8
+
+# The token counts (least, most) at which TritonOps runs its add-and-norm projections through this kernel instead of
+# cuBLAS, None: never; and the most output features (None: any). Measured on an H100 (results/2026-12-06-h200-batch1-
+# fusion, call 2, engine at 1 x 128 tokens, 3 rounds): BERT-base 0.450 -> 0.436 ms, MiniLM-L6 0.181 -> 0.172 (their
+# projections: 384 and 768 outputs), Qwen3-0.6B 1.232 -> 1.245 (1,024 outputs: slower, so cuBLAS keeps them); the
+# kernel alone lost to cuBLAS + norm above 256 tokens (BERT-base o: 8.9 against 7.3 us at 512).
+TOKEN_RANGE: tuple[int, int] | None = (1, 256)
+MAX_N: int | None = 768
+
+
+def split_config(num_tokens: int, n: int, k: int, num_sms: int) -> SplitConfig:
+    """Tiles of 64 x 64 outputs over BLOCK_K = 64, and as many K ranges (at least two BLOCK_K each, at most
+    MAX_SPLITS) as keep the programs within one wave of the SMs; every range holds the same count of BLOCK_K steps
+    but the last, which may hold fewer, none empty."""
+    block_m, block_n, block_k = 64, 64, 64
+    tiles = triton.cdiv(num_tokens, block_m) * triton.cdiv(n, block_n)
+    k_blocks = triton.cdiv(k, block_k)
+    splits = max(1, min(MAX_SPLITS, num_sms // tiles, k_blocks // 2))
+    per_split = triton.cdiv(k_blocks, splits)
+    return SplitConfig(block_m, block_n, block_k, triton.cdiv(k_blocks, per_split))
+
+
+@triton.jit
+def _partials_kernel(x_desc, w_desc, P, M, N, K, k_per_split, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     BLOCK_K: tl.constexpr):
+    """P[split] [M, N] float32 = X[:, range] @ W[:, range].T over the split's K range [split * k_per_split, + k_per_split)
+    (k_per_split a multiple of BLOCK_K). Program (tile, split); tiles row-major; X and W tiles moved by TMA descriptors
+    (x [BLOCK_M, BLOCK_K], W [BLOCK_N, BLOCK_K]; past the ends they load as zeros)."""
+    tile, split = tl.program_id(0), tl.program_id(1)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    off_m, off_n = (tile // tiles_n) * BLOCK_M, (tile % tiles_n) * BLOCK_N
+    k_begin = split * k_per_split
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k in range(k_begin, tl.minimum(k_begin + k_per_split, K), BLOCK_K):
+        acc = tl.dot(x_desc.load([off_m, k]), w_desc.load([off_n, k]).T, acc)
+    rows, cols = off_m + tl.arange(0, BLOCK_M), off_n + tl.arange(0, BLOCK_N)
+    plane = P + split.to(tl.int64) * M * N
+    tl.store(plane + rows[:, None] * N + cols[None, :], acc, mask=(rows < M)[:, None] & (cols < N)[None, :])
+
+
+def fits(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether the kernel can run x [T, K] @ weight [N, K].T: one half-precision dtype (float32 would run tf32 dots),
+    K a multiple of BLOCK_K, rows contiguous, 16-byte aligned rows and bases (TMA), a GPU with TMA."""
+    return (x.dim() == 2 and weight.dim() == 2 and x.shape[1] == weight.shape[1] and x.shape[0] > 0
+            and x.dtype in (torch.float16, torch.bfloat16) and weight.dtype == x.dtype
+            and x.shape[1] % 64 == 0 and x.stride(1) == 1 and weight.stride(1) == 1
+            and x.stride(0) % 8 == 0 and weight.stride(0) % 8 == 0
+            and x.data_ptr() % 16 == 0 and weight.data_ptr() % 16 == 0 and has_tma(x.device))
+
+
+def takes(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether TritonOps runs a projection's matmul here: it fits, with a token count in TOKEN_RANGE and at most MAX_N
+    output features."""
+    return (TOKEN_RANGE is not None and TOKEN_RANGE[0] <= x.shape[0] <= TOKEN_RANGE[1]
+            and (MAX_N is None or weight.shape[0] <= MAX_N) and fits(x, weight))
+
+
+def partials(x: torch.Tensor, weight: torch.Tensor, config: SplitConfig | None = None) -> torch.Tensor:
+    """x [T, K], weight [N, K] -> float32 [splits, T, N] whose sum over the first dim is x @ weight.T."""
+    (m, k), n = x.shape, weight.shape[0]
+    config = config or split_config(m, n, k, sm_count(x.device))
+    bm, bn, bk = config.block_m, config.block_n, config.block_k
+    if k % bk or x.stride(1) != 1 or weight.stride(1) != 1:
+        raise ValueError(f"split-K partials need K ({k}) a multiple of {bk} and rows contiguous")
+    k_per_split = triton.cdiv(triton.cdiv(k, bk), config.splits) * bk
+    splits = triton.cdiv(k, k_per_split)  # none empty
+    out = torch.empty((splits, m, n), dtype=torch.float32, device=x.device)
+    grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn), splits)
+    _partials_kernel[grid](TensorDescriptor.from_tensor(x, [bm, bk]), TensorDescriptor.from_tensor(weight, [bn, bk]),
+                           out, m, n, k, k_per_split, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
+                           num_warps=config.num_warps, num_stages=config.num_stages)
+    return out
