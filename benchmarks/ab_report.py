@@ -1,8 +1,9 @@
-"""Markdown tables from the A/B results files (latency_ab.py, serve_online_ab.py, linear_act_bench.py).
+"""Markdown tables from the A/B results files (latency_ab.py, serve_online_ab.py, linear_act_bench.py,
+split_k_bench.py).
 
     python benchmarks/ab_report.py RESULTS_DIR > RESULTS_DIR/tables.md
 
-Every latency-ab.json, serve-online-ab.json and linear-act.json under RESULTS_DIR becomes one table, titled by
+Every latency-ab.json, serve-online-ab.json, linear-act.json and split-k*.json under RESULTS_DIR becomes one table, titled by
 its folder; nothing is typed by hand.
 """
 from __future__ import annotations
@@ -84,6 +85,24 @@ def linear_act_table(data: dict) -> list[str]:
                     f"torch {data['torch']}."]
 
 
+def split_k_table(data: dict) -> list[str]:
+    """split_k_bench.py: per shape and token count, cuBLAS + norm, split_config's pick + norm, the fastest swept."""
+    groups: dict[tuple, dict] = {}
+    for row in data["rows"]:
+        if "us" in row:
+            groups.setdefault((row["shape"], row["tokens"]), {})[row["variant"]] = (row["us"], row["config"])
+    lines = ["| shape | tokens | cuBLAS + norm us | split (picked) + norm us (tiles, splits) | fastest swept us | "
+             "picked / cuBLAS |", "|---|---|---|---|---|---|"]
+    for (shape, tokens), us in groups.items():
+        base, (picked, config) = us["cublas+norm"][0], us["split"]
+        swept = min(((v[0], n[6:]) for n, v in us.items() if n.startswith("split ")), default=None)
+        lines.append(f"| {shape} | {tokens} | {base:.1f} | {picked:.1f} ({config['block_m']}x{config['block_n']}x"
+                     f"{config['block_k']}, {config['splits']}) | {f'{swept[0]:.1f} ({swept[1]})' if swept else '-'} | "
+                     f"{picked / base:.2f} |")
+    return lines + [f"\nDevice time per call of the pair (matmul, add-and-norm), the calls replayed in one CUDA graph, each "
+                    f"on its own copy of the weights; {data['device']}, torch {data['torch']}."]
+
+
 def main():
     root = Path(sys.argv[1])
     for path in sorted(root.rglob("*.json")):
@@ -94,6 +113,8 @@ def main():
             lines = serve_table(data)
         elif path.name == "linear-act.json":
             lines = linear_act_table(data)
+        elif path.name.startswith("split-k"):
+            lines = split_k_table(data)
         else:
             continue
         print(f"### {path.relative_to(root).parent} / {path.name}\n")
