@@ -5,10 +5,11 @@ BERT's attention-output and FFN-output projections feed LayerNorm(x + residual),
 RMSNorm(x + residual) (kernels/cuda/triton_ops.py). At a batch of one these are small matmuls ([128, 3,072] x [3,072,
 768] for BERT-base's FFN output) whose output tiles leave most SMs idle: cuBLAS splits some of them along K and adds
 the pieces in a reduce kernel of its own (2.4 us of each BERT-base layer's ~30 at 1 x 128 tokens, H200, 2026-12-04),
-others it does not split. Here every such projection is split so that its programs fill the SMs, the pieces are the
-planes of a float32 [splits, T, N] tensor, and the norm kernel that follows sums them in a fixed order as it loads
-each row, then adds the bias and rounds to the activation dtype where the matmul would have: one kernel less per
-projection, and the same arithmetic as cuBLAS's output (float32 sums, bias, one rounding) up to the order of the sums.
+others it does not split. Here such a projection is split so that its programs fill the SMs (where that measured
+faster: TOKEN_RANGE, MAX_N), the pieces are the planes of a float32 [splits, T, N] tensor, and the norm kernel that
+follows sums them in a fixed order as it loads each row, then adds the bias and rounds to the activation dtype where
+the matmul would have: one kernel less per projection, and the same arithmetic as cuBLAS's output (float32 sums,
+bias, one rounding) up to the order of the sums.
 """
 from __future__ import annotations
 
@@ -58,8 +59,8 @@ def split_config(num_tokens: int, n: int, k: int, num_sms: int) -> SplitConfig:
 @triton.jit
 def _partials_kernel(x_desc, w_desc, P, M, N, K, k_per_split, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      BLOCK_K: tl.constexpr):
-    """P[split] [M, N] float32 = X[:, range] @ W[:, range].T over the split's K range [split * k_per_split, + k_per_split)
-    (k_per_split a multiple of BLOCK_K). Program (tile, split); tiles row-major; X and W tiles moved by TMA descriptors
+    """P[split] [M, N] float32 = X[:, range] @ W[:, range].T over the split's K range [split * k_per_split,
+    + k_per_split) (k_per_split a multiple of BLOCK_K). Program (tile, split); tiles row-major; X and W tiles moved by TMA descriptors
     (x [BLOCK_M, BLOCK_K], W [BLOCK_N, BLOCK_K]; past the ends they load as zeros)."""
     tile, split = tl.program_id(0), tl.program_id(1)
     tiles_n = tl.cdiv(N, BLOCK_N)

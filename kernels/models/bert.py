@@ -57,7 +57,8 @@ class DenseLayerNorm(nn.Module):
 
     def forward(self, x, residual):
         ln = self.LayerNorm
-        return self.ops.linear_add_layer_norm(x, self.dense.weight, self.dense.bias, residual, ln.weight, ln.bias, ln.eps)
+        return self.ops.linear_add_layer_norm(x, self.dense.weight, self.dense.bias, residual, ln.weight, ln.bias,
+                                              ln.eps)
 
 
 class BertAttention(nn.Module):
