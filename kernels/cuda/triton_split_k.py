@@ -60,8 +60,8 @@ def split_config(num_tokens: int, n: int, k: int, num_sms: int) -> SplitConfig:
 def _partials_kernel(x_desc, w_desc, P, M, N, K, k_per_split, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      BLOCK_K: tl.constexpr):
     """P[split] [M, N] float32 = X[:, range] @ W[:, range].T over the split's K range [split * k_per_split,
-    + k_per_split) (k_per_split a multiple of BLOCK_K). Program (tile, split); tiles row-major; X and W tiles moved by TMA descriptors
-    (x [BLOCK_M, BLOCK_K], W [BLOCK_N, BLOCK_K]; past the ends they load as zeros)."""
+    + k_per_split) (k_per_split a multiple of BLOCK_K). Program (tile, split); tiles row-major; X and W tiles moved by
+    TMA descriptors (x [BLOCK_M, BLOCK_K], W [BLOCK_N, BLOCK_K]; past the ends they load as zeros)."""
     tile, split = tl.program_id(0), tl.program_id(1)
     tiles_n = tl.cdiv(N, BLOCK_N)
     off_m, off_n = (tile // tiles_n) * BLOCK_M, (tile % tiles_n) * BLOCK_N
