@@ -123,6 +123,15 @@ def graphed_ms(fn, reps: int = 20, iters: int = 50, calls: list | None = None) -
     return cuda_ms(graph.replay, iters) / len(calls)
 
 
+def hbm_weight_copies(*tensors, total_bytes: int = 120_000_000) -> list[tuple]:
+    """The tensors (a weight first, then e.g. its bias or None), then clones of them: 20 to 100 sets, the weights
+    >= total_bytes in all (the L2 holds 60 MB). Graphed calls that each take their own set read their weights from
+    HBM, as a model's layers do."""
+    count = min(100, max(20, -(-total_bytes // (tensors[0].numel() * tensors[0].element_size()))))
+    clone = (lambda t: None if t is None else t.clone())  # noqa: E731
+    return [tensors] + [tuple(map(clone, tensors)) for _ in range(count - 1)]
+
+
 def warm_gpu(seconds: float = 0.5) -> dict:
     """Runs bf16 matmuls for `seconds` so the GPU reaches its steady clocks before a timed series (the first
     process after the GPU idles otherwise runs at idle clocks); returns the SM clocks nvidia-smi reads then."""

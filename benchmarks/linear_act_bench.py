@@ -17,7 +17,7 @@ import json
 import torch
 import torch.nn.functional as F
 
-from common import graphed_ms, warm_gpu
+from common import graphed_ms, hbm_weight_copies, warm_gpu
 from embedpipe.kernels.cuda.triton_linear import TileConfig, linear_act, linear_silu_mul, tile_config
 from embedpipe.kernels.cuda.triton_ops import TritonOps
 from embedpipe.kernels.ops import TorchOps
@@ -94,13 +94,13 @@ def main():
             base = None
             # up to 2,048 tokens the weights' reads weigh: each call of the graph on its own copy, >= 120 MB in all
             # (the L2 holds 60), as a model's layers each read theirs from HBM; above, the same copy 20 times
-            count = 1 if m > 2048 else min(100, max(20, -(-120_000_000 // (w.numel() * w.element_size()))))
-            copies = [(w, b)] + [(w.clone(), None if b is None else b.clone()) for _ in range(count - 1)]
+            copies = [(w, b)] * 20 if m > 2048 else hbm_weight_copies(w, b)
+            count = 1 if m > 2048 else len(copies)
             for name, fn in variants(x, epilogue, args.sweep).items():
                 try:
                     y = fn(w, b)
                     base = y if base is None else base
-                    calls = [lambda fn=fn, wb=wb: fn(*wb) for wb in (copies if count > 1 else copies * 20)]
+                    calls = [lambda fn=fn, wb=wb: fn(*wb) for wb in copies]
                     row = {"shape": shape, "tokens": m, "variant": name, "us": 1e3 * graphed_ms(None, calls=calls),
                            "weight_copies": count}
                     if name != "cublas alone":  # no activation: nothing to compare

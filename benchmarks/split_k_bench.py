@@ -17,7 +17,7 @@ import json
 import torch
 import torch.nn.functional as F
 
-from common import graphed_ms, warm_gpu
+from common import graphed_ms, hbm_weight_copies, warm_gpu
 from embedpipe.kernels.cuda import triton_ops, triton_split_k
 from embedpipe.kernels.cuda.triton_split_k import SplitConfig, split_config
 from embedpipe.kernels.cuda.triton_linear import sm_count
@@ -80,8 +80,7 @@ def main():
         b = (torch.randn(n, device="cuda") * 0.1).to(torch.bfloat16) if has_bias else None
         gamma = (torch.randn(n, device="cuda") * 0.1 + 1).to(torch.bfloat16)
         beta = (torch.randn(n, device="cuda") * 0.1).to(torch.bfloat16)
-        count = min(100, max(20, -(-120_000_000 // (w.numel() * w.element_size()))))
-        copies = [(w, b)] + [(w.clone(), None if b is None else b.clone()) for _ in range(count - 1)]
+        copies = hbm_weight_copies(w, b)
         for m in map(int, args.tokens.split(",")):
             x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
             r = torch.randn(m, n, device="cuda").to(torch.bfloat16)

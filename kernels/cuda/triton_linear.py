@@ -163,14 +163,19 @@ def fused_fits(x: torch.Tensor, weight: torch.Tensor, act: str, bias: torch.Tens
     picks for the token count, rows contiguous, a bias [N] if any; for TMA, a GPU that has it, and rows (x's,
     weight's, the output's) and bases 16-byte aligned."""
     n = weight.shape[0] // 2 if act == "silu_mul" else weight.shape[0]
+    return (tma_operands_fit(x, weight) and (act in ACT_CODES or act == "silu_mul")
+            and x.shape[1] % tile_config(x.shape[0], gated=act == "silu_mul").block_k == 0
+            and n % 8 == 0  # the output's rows: 8 half-precision units, 16 bytes
+            and (bias is None or (bias.shape == (weight.shape[0],) and bias.stride(0) == 1)))
+
+
+def tma_operands_fit(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """x [T, K] and weight [N, K] as the Triton matmuls' TMA descriptors take them: one half-precision dtype (float32
+    would run tf32 dots), rows contiguous, rows and bases 16-byte aligned (8 half-precision units), a GPU with TMA."""
     return (x.dim() == 2 and weight.dim() == 2 and x.shape[1] == weight.shape[1]
             and x.dtype in (torch.float16, torch.bfloat16) and weight.dtype == x.dtype
-            and (act in ACT_CODES or act == "silu_mul")
-            and x.shape[1] % tile_config(x.shape[0], gated=act == "silu_mul").block_k == 0
-            and x.stride(1) == 1 and weight.stride(1) == 1
-            and x.stride(0) % 8 == 0 and weight.stride(0) % 8 == 0 and n % 8 == 0  # 8 half-precision units: 16 bytes
-            and x.data_ptr() % 16 == 0 and weight.data_ptr() % 16 == 0 and has_tma(x.device)
-            and (bias is None or (bias.shape == (weight.shape[0],) and bias.stride(0) == 1)))
+            and x.stride(1) == 1 and weight.stride(1) == 1 and x.stride(0) % 8 == 0 and weight.stride(0) % 8 == 0
+            and x.data_ptr() % 16 == 0 and weight.data_ptr() % 16 == 0 and has_tma(x.device))
 
 
 def fused_takes(x: torch.Tensor, weight: torch.Tensor, act: str, bias: torch.Tensor | None = None) -> bool:

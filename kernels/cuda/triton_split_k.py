@@ -20,7 +20,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from embedpipe.kernels.cuda.triton_linear import has_tma, sm_count
+from embedpipe.kernels.cuda.triton_linear import sm_count, tma_operands_fit
 
 
 @dataclass(frozen=True)
@@ -75,13 +75,9 @@ def _partials_kernel(x_desc, w_desc, P, M, N, K, k_per_split, BLOCK_M: tl.conste
 
 
 def fits(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Whether the kernel can run x [T, K] @ weight [N, K].T: one half-precision dtype (float32 would run tf32 dots),
-    K a multiple of BLOCK_K, rows contiguous, 16-byte aligned rows and bases (TMA), a GPU with TMA."""
-    return (x.dim() == 2 and weight.dim() == 2 and x.shape[1] == weight.shape[1] and x.shape[0] > 0
-            and x.dtype in (torch.float16, torch.bfloat16) and weight.dtype == x.dtype
-            and x.shape[1] % 64 == 0 and x.stride(1) == 1 and weight.stride(1) == 1
-            and x.stride(0) % 8 == 0 and weight.stride(0) % 8 == 0
-            and x.data_ptr() % 16 == 0 and weight.data_ptr() % 16 == 0 and has_tma(x.device))
+    """Whether the kernel can run x [T, K] @ weight [N, K].T: operands its TMA descriptors take
+    (triton_linear.tma_operands_fit), at least one token, K a multiple of BLOCK_K."""
+    return tma_operands_fit(x, weight) and x.shape[0] > 0 and x.shape[1] % 64 == 0
 
 
 def takes(x: torch.Tensor, weight: torch.Tensor) -> bool:
