@@ -19,6 +19,8 @@ import torch
 import triton
 import triton.language as tl
 
+from embedpipe.kernels.cuda import pdl
+
 LOG2_E = 1.4426950408889634
 
 
@@ -57,7 +59,8 @@ def _attend(q, K, V, kv_head, stride_kt, stride_kh, stride_vt, stride_vh, rows, 
 def _varlen_attention_kernel(Q, K, V, Out, CuSeqlens, stride_qt, stride_qh, stride_kt, stride_kh, stride_vt,
                              stride_vh, stride_ot, stride_oh, scale_log2,
                              GROUP: tl.constexpr, CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr,
-                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PDL: tl.constexpr):
+    pdl.wait(PDL)
     block, seq, head = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     start = tl.load(CuSeqlens + seq)
     length = tl.load(CuSeqlens + seq + 1) - start
@@ -127,7 +130,7 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
         q, k, v, out, cu_seqlens, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         out.stride(0), out.stride(1), scale * LOG2_E, GROUP=num_heads // k.shape[1], CAUSAL=causal,
         HEAD_DIM=head_dim, BLOCK_M=config.block_m, BLOCK_N=config.block_n, num_warps=config.num_warps,
-        num_stages=config.num_stages)
+        num_stages=config.num_stages, **pdl.options(q.device))
     return out
 
 

@@ -8,7 +8,7 @@ import triton
 import triton.language as tl
 
 from embedpipe.kernels.activations import ACTIVATIONS
-from embedpipe.kernels.cuda import triton_linear, triton_split_k
+from embedpipe.kernels.cuda import pdl, triton_linear, triton_split_k
 
 
 @triton.jit
@@ -41,8 +41,9 @@ def _projection_row(X, Bias, row, stride_x, plane, cols, mask, dtype: tl.constex
 
 @triton.jit
 def _add_layer_norm_kernel(X, Bias, R, W, B, Out, stride_x, plane, stride_r, N, eps, SPLITS: tl.constexpr,
-                           HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr):
+                           HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr):
     """One program per row: LayerNorm(x + residual), x a projection's output row (_projection_row)."""
+    pdl.wait(PDL)
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     mask = cols < N
@@ -55,8 +56,9 @@ def _add_layer_norm_kernel(X, Bias, R, W, B, Out, stride_x, plane, stride_r, N, 
 
 @triton.jit
 def _embed_layer_norm_kernel(Ids, Pos, Types, Word, Position, TokenType, W, B, Out, N, eps,
-                             HAS_TYPES: tl.constexpr, BLOCK: tl.constexpr):
+                             HAS_TYPES: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr):
     """One program per token: three embedding rows gathered, added in the reference's order, LayerNorm."""
+    pdl.wait(PDL)
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     mask = cols < N
@@ -71,8 +73,9 @@ def _embed_layer_norm_kernel(Ids, Pos, Types, Word, Position, TokenType, W, B, O
 
 @triton.jit
 def _add_rms_norm_kernel(X, Bias, R, W, Out, Sum, stride_x, plane, stride_r, N, eps, SPLITS: tl.constexpr,
-                         HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr):
+                         HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr):
     """One program per row: s = x + residual and RMSNorm(s), x a projection's output row (_projection_row)."""
+    pdl.wait(PDL)
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     mask = cols < N
@@ -90,8 +93,9 @@ def _add_rms_norm_kernel(X, Bias, R, W, Out, Sum, stride_x, plane, stride_r, N, 
 
 @triton.jit
 def _qk_norm_rope_kernel(QKV, QW, KW, Pos, Cos, Sin, stride_t, stride_cos, num_heads, num_qk_heads, eps,
-                         HALF: tl.constexpr, HEADS: tl.constexpr):
+                         HALF: tl.constexpr, HEADS: tl.constexpr, PDL: tl.constexpr):
     """One program per token, all its q and k heads at once: per-head RMSNorm, then rotate-half RoPE, in place."""
+    pdl.wait(PDL)
     token = tl.program_id(0)
     heads = tl.arange(0, HEADS)[:, None]  # [HEADS, 1]; the k heads follow the q heads in qkv
     cols = tl.arange(0, HALF)[None, :]  # [1, HALF]
@@ -114,7 +118,8 @@ def _qk_norm_rope_kernel(QKV, QW, KW, Pos, Cos, Sin, stride_t, stride_cos, num_h
 
 
 @triton.jit
-def _silu_and_mul_kernel(X, Out, N, BLOCK: tl.constexpr):
+def _silu_and_mul_kernel(X, Out, N, BLOCK: tl.constexpr, PDL: tl.constexpr):
+    pdl.wait(PDL)
     row, block = tl.program_id(0), tl.program_id(1)
     cols = block * BLOCK + tl.arange(0, BLOCK)
     mask = cols < N
@@ -129,11 +134,12 @@ POOL_MODES = {"mean": 0, "cls": 1, "lasttoken": 2}
 
 @triton.jit
 def _pool_kernel(H, Bounds, Out, stride_h, num_tokens, dim, MODE: tl.constexpr, BOUNDS_STRIDE: tl.constexpr,
-                 BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr):
+                 BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr, PDL: tl.constexpr):
     """Program (row, column block): the row's pooled BLOCK_C columns in float32. A row pools the tokens
     [Bounds[row * BOUNDS_STRIDE], Bounds[row * BOUNDS_STRIDE + 1]): a slot of cu_seqlens (stride 1) or a
     span of span_bounds [num_spans, 2] (stride 2). Many programs per row: with one per slot, a batch of one
     was pooled by one SM (MiniLM 1 x 128 mean: 13 us of a 170 us forward, H200)."""
+    pdl.wait(PDL)
     row, block = tl.program_id(0), tl.program_id(1)
     start, end = tl.load(Bounds + row * BOUNDS_STRIDE), tl.load(Bounds + row * BOUNDS_STRIDE + 1)
     cols = block * BLOCK_C + tl.arange(0, BLOCK_C)
@@ -154,7 +160,8 @@ def _pool_kernel(H, Bounds, Out, stride_h, num_tokens, dim, MODE: tl.constexpr, 
 
 
 @triton.jit
-def _l2_normalize_kernel(X, dim, eps, BLOCK: tl.constexpr):
+def _l2_normalize_kernel(X, dim, eps, BLOCK: tl.constexpr, PDL: tl.constexpr):
+    pdl.wait(PDL)
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     mask = cols < dim
@@ -163,8 +170,9 @@ def _l2_normalize_kernel(X, dim, eps, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _token_layout_kernel(Cu, Positions, SeqIds, BLOCK: tl.constexpr):
+def _token_layout_kernel(Cu, Positions, SeqIds, BLOCK: tl.constexpr, PDL: tl.constexpr):
     """Program per slot: its tokens' positions (0, 1, ...) and slot number."""
+    pdl.wait(PDL)
     slot = tl.program_id(0)
     start, end = tl.load(Cu + slot), tl.load(Cu + slot + 1)
     offs = tl.arange(0, BLOCK)
@@ -184,9 +192,9 @@ def _pool_rows(hidden, bounds, num_rows: int, bounds_stride: int, mode: str, dim
     out = torch.empty((num_rows, dim), dtype=torch.float32, device=hidden.device)
     _pool_kernel[(num_rows, triton.cdiv(dim, POOL_BLOCK_C))](
         hidden, bounds, out, hidden.stride(0), hidden.shape[0], dim, MODE=POOL_MODES[mode],
-        BOUNDS_STRIDE=bounds_stride, BLOCK_T=POOL_BLOCK_T, BLOCK_C=POOL_BLOCK_C)
+        BOUNDS_STRIDE=bounds_stride, BLOCK_T=POOL_BLOCK_T, BLOCK_C=POOL_BLOCK_C, **pdl.options(hidden.device))
     if normalize:
-        _l2_normalize_kernel[(num_rows,)](out, dim, 1e-12, BLOCK=triton.next_power_of_2(dim))
+        _l2_normalize_kernel[(num_rows,)](out, dim, 1e-12, BLOCK=triton.next_power_of_2(dim), **pdl.options(out.device))
     return out
 
 
@@ -205,7 +213,7 @@ def _add_layer_norm(x, bias, dtype, residual, weight, ln_bias, eps):
     r = residual if residual is not None else out
     _add_layer_norm_kernel[(num_tokens,)](x, b, r, weight, ln_bias, out, stride_x, plane, r.stride(0), n, eps,
                                           SPLITS=splits, HAS_BIAS=bias is not None, HAS_RESIDUAL=residual is not None,
-                                          BLOCK=triton.next_power_of_2(n))
+                                          BLOCK=triton.next_power_of_2(n), **pdl.options(x.device))
     return out
 
 
@@ -217,7 +225,7 @@ def _add_rms_norm(x, bias, dtype, residual, weight, eps):
     r = residual if residual is not None else out
     _add_rms_norm_kernel[(num_tokens,)](x, b, r, weight, out, total, stride_x, plane, r.stride(0), n, eps,
                                         SPLITS=splits, HAS_BIAS=bias is not None, HAS_RESIDUAL=residual is not None,
-                                        BLOCK=triton.next_power_of_2(n))
+                                        BLOCK=triton.next_power_of_2(n), **pdl.options(x.device))
     return out, total
 
 
@@ -227,7 +235,7 @@ class TritonOps:
         num_slots = cu_seqlens.shape[0] - 1
         positions = torch.empty(num_tokens, dtype=torch.int32, device=cu_seqlens.device)
         seq_ids = torch.empty_like(positions)
-        _token_layout_kernel[(num_slots,)](cu_seqlens, positions, seq_ids, BLOCK=256)
+        _token_layout_kernel[(num_slots,)](cu_seqlens, positions, seq_ids, BLOCK=256, **pdl.options(cu_seqlens.device))
         return positions, seq_ids
 
     @staticmethod
@@ -257,7 +265,7 @@ class TritonOps:
         types = token_type_ids if token_type_ids is not None else input_ids
         _embed_layer_norm_kernel[(num_tokens,)](input_ids, positions, types, word, position, token_type, weight, bias,
                                                 out, n, eps, HAS_TYPES=token_type_ids is not None,
-                                                BLOCK=triton.next_power_of_2(n))
+                                                BLOCK=triton.next_power_of_2(n), **pdl.options(word.device))
         return out
 
     @staticmethod
@@ -276,7 +284,7 @@ class TritonOps:
         num_qk_heads = num_heads + num_kv_heads
         _qk_norm_rope_kernel[(num_tokens,)](
             qkv, q_weight, k_weight, positions, cos, sin, qkv.stride(0), cos.stride(0), num_heads, num_qk_heads, eps,
-            HALF=head_dim // 2, HEADS=triton.next_power_of_2(num_qk_heads))
+            HALF=head_dim // 2, HEADS=triton.next_power_of_2(num_qk_heads), **pdl.options(qkv.device))
         q_size, kv_size = num_heads * head_dim, num_kv_heads * head_dim
         q = qkv[:, :q_size].view(num_tokens, num_heads, head_dim)
         k = qkv[:, q_size:q_size + kv_size].view(num_tokens, num_kv_heads, head_dim)
@@ -309,5 +317,5 @@ class TritonOps:
         num_tokens, n = x.shape[0], x.shape[1] // 2
         out = torch.empty((num_tokens, n), dtype=x.dtype, device=x.device)
         block = min(1024, triton.next_power_of_2(n))
-        _silu_and_mul_kernel[(num_tokens, triton.cdiv(n, block))](x, out, n, BLOCK=block)
+        _silu_and_mul_kernel[(num_tokens, triton.cdiv(n, block))](x, out, n, BLOCK=block, **pdl.options(x.device))
         return out
