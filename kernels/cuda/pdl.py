@@ -23,6 +23,14 @@ import triton
 import triton.language as tl
 
 OFF = {"PDL": False}
+ON = {"PDL": True, "launch_pdl": True}
+
+# The most rows (tokens; sequences for the per-sequence kernels) a kernel launched with PDL handles. Measured on an
+# H100 (results/2026-12-06-h200-pdl, call 1, 3 rounds, fresh processes alternated): at 1 x 16 and 1 x 128 tokens
+# BERT-base 0.411 -> 0.367 and 0.448 -> 0.398 ms, MiniLM-L6 0.189 -> 0.163 at 128; at 64 x 512 every model a little
+# slower (MiniLM-L6 2.68 -> 2.79 ms a batch, Qwen3-0.6B 63.8 -> 64.4). 256 is the split-K projections' bound
+# (triton_split_k.TOKEN_RANGE); nothing between 128 and 32,768 tokens was measured.
+MAX_ROWS = 256
 
 
 @functools.cache
@@ -37,9 +45,10 @@ def supported(device: torch.device) -> bool:
         return False
 
 
-def options(device: torch.device) -> dict:
-    """The launch keywords of a kernel that takes the PDL constexpr: launched with PDL where it is supported."""
-    return {"PDL": True, "launch_pdl": True} if supported(device) else OFF
+def options(rows: torch.Tensor) -> dict:
+    """The launch keywords of a kernel that takes the PDL constexpr, for a kernel over the first dimension of `rows`
+    (tokens, or sequences): with PDL on a GPU that supports it, up to MAX_ROWS."""
+    return ON if rows.shape[0] <= MAX_ROWS and supported(rows.device) else OFF
 
 
 @triton.jit

@@ -130,7 +130,7 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
         q, k, v, out, cu_seqlens, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         out.stride(0), out.stride(1), scale * LOG2_E, GROUP=num_heads // k.shape[1], CAUSAL=causal,
         HEAD_DIM=head_dim, BLOCK_M=config.block_m, BLOCK_N=config.block_n, num_warps=config.num_warps,
-        num_stages=config.num_stages, **pdl.options(q.device))
+        num_stages=config.num_stages, **pdl.options(q))
     return out
 
 

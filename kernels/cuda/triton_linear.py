@@ -215,7 +215,7 @@ def _launch(x: torch.Tensor, weight: torch.Tensor, bias, n: int, act: int, confi
     kernel = _linear_act_persistent_kernel if config.persistent else _linear_act_kernel
     kernel[grid](TensorDescriptor.from_tensor(x, [bm, bk]), TensorDescriptor.from_tensor(weight, [bn, bk]),
                  TensorDescriptor.from_tensor(out, [bm, bn]), b, weight, m, n, k, n, LINES=pdl.prefetch_lines(k),
-                 **meta, **pdl.options(x.device))
+                 **meta, **pdl.options(x))
     return out
 
 

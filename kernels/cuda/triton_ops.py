@@ -192,9 +192,9 @@ def _pool_rows(hidden, bounds, num_rows: int, bounds_stride: int, mode: str, dim
     out = torch.empty((num_rows, dim), dtype=torch.float32, device=hidden.device)
     _pool_kernel[(num_rows, triton.cdiv(dim, POOL_BLOCK_C))](
         hidden, bounds, out, hidden.stride(0), hidden.shape[0], dim, MODE=POOL_MODES[mode],
-        BOUNDS_STRIDE=bounds_stride, BLOCK_T=POOL_BLOCK_T, BLOCK_C=POOL_BLOCK_C, **pdl.options(hidden.device))
+        BOUNDS_STRIDE=bounds_stride, BLOCK_T=POOL_BLOCK_T, BLOCK_C=POOL_BLOCK_C, **pdl.options(hidden))
     if normalize:
-        _l2_normalize_kernel[(num_rows,)](out, dim, 1e-12, BLOCK=triton.next_power_of_2(dim), **pdl.options(out.device))
+        _l2_normalize_kernel[(num_rows,)](out, dim, 1e-12, BLOCK=triton.next_power_of_2(dim), **pdl.options(out))
     return out
 
 
@@ -213,7 +213,7 @@ def _add_layer_norm(x, bias, dtype, residual, weight, ln_bias, eps):
     r = residual if residual is not None else out
     _add_layer_norm_kernel[(num_tokens,)](x, b, r, weight, ln_bias, out, stride_x, plane, r.stride(0), n, eps,
                                           SPLITS=splits, HAS_BIAS=bias is not None, HAS_RESIDUAL=residual is not None,
-                                          BLOCK=triton.next_power_of_2(n), **pdl.options(x.device))
+                                          BLOCK=triton.next_power_of_2(n), **pdl.options(out))
     return out
 
 
@@ -225,7 +225,7 @@ def _add_rms_norm(x, bias, dtype, residual, weight, eps):
     r = residual if residual is not None else out
     _add_rms_norm_kernel[(num_tokens,)](x, b, r, weight, out, total, stride_x, plane, r.stride(0), n, eps,
                                         SPLITS=splits, HAS_BIAS=bias is not None, HAS_RESIDUAL=residual is not None,
-                                        BLOCK=triton.next_power_of_2(n), **pdl.options(x.device))
+                                        BLOCK=triton.next_power_of_2(n), **pdl.options(out))
     return out, total
 
 
@@ -235,7 +235,7 @@ class TritonOps:
         num_slots = cu_seqlens.shape[0] - 1
         positions = torch.empty(num_tokens, dtype=torch.int32, device=cu_seqlens.device)
         seq_ids = torch.empty_like(positions)
-        _token_layout_kernel[(num_slots,)](cu_seqlens, positions, seq_ids, BLOCK=256, **pdl.options(cu_seqlens.device))
+        _token_layout_kernel[(num_slots,)](cu_seqlens, positions, seq_ids, BLOCK=256, **pdl.options(positions))
         return positions, seq_ids
 
     @staticmethod
@@ -265,7 +265,7 @@ class TritonOps:
         types = token_type_ids if token_type_ids is not None else input_ids
         _embed_layer_norm_kernel[(num_tokens,)](input_ids, positions, types, word, position, token_type, weight, bias,
                                                 out, n, eps, HAS_TYPES=token_type_ids is not None,
-                                                BLOCK=triton.next_power_of_2(n), **pdl.options(word.device))
+                                                BLOCK=triton.next_power_of_2(n), **pdl.options(out))
         return out
 
     @staticmethod
@@ -284,7 +284,7 @@ class TritonOps:
         num_qk_heads = num_heads + num_kv_heads
         _qk_norm_rope_kernel[(num_tokens,)](
             qkv, q_weight, k_weight, positions, cos, sin, qkv.stride(0), cos.stride(0), num_heads, num_qk_heads, eps,
-            HALF=head_dim // 2, HEADS=triton.next_power_of_2(num_qk_heads), **pdl.options(qkv.device))
+            HALF=head_dim // 2, HEADS=triton.next_power_of_2(num_qk_heads), **pdl.options(qkv))
         q_size, kv_size = num_heads * head_dim, num_kv_heads * head_dim
         q = qkv[:, :q_size].view(num_tokens, num_heads, head_dim)
         k = qkv[:, q_size:q_size + kv_size].view(num_tokens, num_kv_heads, head_dim)
@@ -317,5 +317,5 @@ class TritonOps:
         num_tokens, n = x.shape[0], x.shape[1] // 2
         out = torch.empty((num_tokens, n), dtype=x.dtype, device=x.device)
         block = min(1024, triton.next_power_of_2(n))
-        _silu_and_mul_kernel[(num_tokens, triton.cdiv(n, block))](x, out, n, BLOCK=block, **pdl.options(x.device))
+        _silu_and_mul_kernel[(num_tokens, triton.cdiv(n, block))](x, out, n, BLOCK=block, **pdl.options(x))
         return out

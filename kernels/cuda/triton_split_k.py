@@ -106,5 +106,5 @@ def partials(x: torch.Tensor, weight: torch.Tensor, config: SplitConfig | None =
     _partials_kernel[grid](TensorDescriptor.from_tensor(x, [bm, bk]), TensorDescriptor.from_tensor(weight, [bn, bk]),
                            weight, out, m, n, k, k_per_split, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
                            LINES=pdl.prefetch_lines(k_per_split), num_warps=config.num_warps,
-                           num_stages=config.num_stages, **pdl.options(x.device))
+                           num_stages=config.num_stages, **pdl.options(x))
     return out
