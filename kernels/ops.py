@@ -24,16 +24,14 @@ class TorchOps:
         return tokens - cu_seqlens[seq_ids], seq_ids
 
     @staticmethod
-    def add_layer_norm(x, residual, weight, bias, eps, prefetch=None):
-        """LayerNorm(x + residual): BERT's post-LN sub-layer output. residual may be None. prefetch: the weight the
-        next matmul reads, which TritonOps asks L2 for while the kernel before runs (kernels/cuda/pdl.py); here
-        nothing."""
+    def add_layer_norm(x, residual, weight, bias, eps):
+        """LayerNorm(x + residual): BERT's post-LN sub-layer output. residual may be None."""
         if residual is not None:
             x = x + residual
         return F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
 
     @staticmethod
-    def linear_add_layer_norm(x, weight, bias, residual, ln_weight, ln_bias, eps, prefetch=None):
+    def linear_add_layer_norm(x, weight, bias, residual, ln_weight, ln_bias, eps):
         """LayerNorm(x @ weight.T + bias + residual): BERT's output projections and the post-LN after them. x [T, K],
         weight [N, K] -> [T, N]."""
         return TorchOps.add_layer_norm(F.linear(x, weight, bias), residual, ln_weight, ln_bias, eps)
@@ -47,15 +45,14 @@ class TorchOps:
         return F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
 
     @staticmethod
-    def add_rms_norm(x, residual, weight, eps, prefetch=None):
-        """Qwen3 pre-norm step: s = x + residual (or x); returns (RMSNorm(s), s). Statistics in float32. prefetch: as
-        add_layer_norm's."""
+    def add_rms_norm(x, residual, weight, eps):
+        """Qwen3 pre-norm step: s = x + residual (or x); returns (RMSNorm(s), s). Statistics in float32."""
         if residual is not None:
             x = x + residual
         return _rms_norm(x, weight, eps), x
 
     @staticmethod
-    def linear_add_rms_norm(x, weight, bias, residual, norm_weight, eps, prefetch=None):
+    def linear_add_rms_norm(x, weight, bias, residual, norm_weight, eps):
         """add_rms_norm(x @ weight.T + bias, residual): Qwen3's o_proj / down_proj and the RMSNorm after them. x [T, K],
         weight [N, K] -> (normed [T, N], sum [T, N])."""
         return TorchOps.add_rms_norm(F.linear(x, weight, bias), residual, norm_weight, eps)

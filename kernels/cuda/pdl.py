@@ -79,28 +79,6 @@ def prefetch_weight_tile(W, stride_w, row_begin, row_end, col_begin, col_end, RO
     prefetch_l2(W + rows[:, None] * stride_w + cols[None, :])
 
 
-@triton.jit
-def prefetch_share(P, lines, part, parts, LINE: tl.constexpr, BLOCK: tl.constexpr):
-    """Asks L2 for share `part` of `parts` of the first `lines` 128-byte lines of the contiguous tensor at P (LINE
-    elements a line), BLOCK lines at a time; a part past the end asks for nothing."""
-    per = tl.cdiv(lines, parts)
-    first = part * per
-    last = tl.minimum(first + per, lines)
-    for i in range(first, last, BLOCK):
-        line = tl.minimum(i + tl.arange(0, BLOCK), last - 1)
-        prefetch_l2(P + line.to(tl.int64) * LINE)
-
-
-def prefetch_args(prefetch: torch.Tensor | None, launch: dict, dummy: torch.Tensor) -> tuple:
-    """(tensor, its 128-byte lines, elements a line) for a kernel that asks L2 for the weight the next matmul reads
-    (prefetch_share), or (dummy, 0, 0) for none: no tensor, not contiguous, or a launch without PDL (where the kernel
-    before has finished when this one starts, so nothing would overlap it)."""
-    if prefetch is None or not launch["PDL"] or not prefetch.is_contiguous():
-        return dummy, 0, 0
-    size = prefetch.element_size()
-    return prefetch, triton.cdiv(prefetch.numel() * size, 128), 128 // size
-
-
 def prefetch_lines(num_cols: int) -> int:
     """LINES for prefetch_weight_tile over num_cols half-precision columns: a power of two (a Triton shape)."""
     return triton.next_power_of_2(max(1, triton.cdiv(num_cols, 64)))

@@ -40,15 +40,11 @@ def _projection_row(X, Bias, row, stride_x, plane, cols, mask, dtype: tl.constex
 
 
 @triton.jit
-def _add_layer_norm_kernel(X, Bias, R, W, B, Out, Next, stride_x, plane, stride_r, N, eps, next_lines,
-                           SPLITS: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
-                           BLOCK: tl.constexpr, PDL: tl.constexpr, NEXT_LINE: tl.constexpr):
-    """One program per row: LayerNorm(x + residual), x a projection's output row (_projection_row). NEXT_LINE (PDL
-    only): each program first asks L2 for its share of Next, the weight the next matmul reads (next_lines lines)."""
-    row = tl.program_id(0)
-    if NEXT_LINE:
-        pdl.prefetch_share(Next, next_lines, row, tl.num_programs(0), NEXT_LINE, 128)
+def _add_layer_norm_kernel(X, Bias, R, W, B, Out, stride_x, plane, stride_r, N, eps, SPLITS: tl.constexpr,
+                           HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr):
+    """One program per row: LayerNorm(x + residual), x a projection's output row (_projection_row)."""
     pdl.wait(PDL)
+    row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     mask = cols < N
     x = _projection_row(X, Bias, row, stride_x, plane, cols, mask, Out.dtype.element_ty, SPLITS, HAS_BIAS)
@@ -76,15 +72,11 @@ def _embed_layer_norm_kernel(Ids, Pos, Types, Word, Position, TokenType, W, B, O
 
 
 @triton.jit
-def _add_rms_norm_kernel(X, Bias, R, W, Out, Sum, Next, stride_x, plane, stride_r, N, eps, next_lines,
-                         SPLITS: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr,
-                         PDL: tl.constexpr, NEXT_LINE: tl.constexpr):
-    """One program per row: s = x + residual and RMSNorm(s), x a projection's output row (_projection_row).
-    NEXT_LINE: as _add_layer_norm_kernel's."""
-    row = tl.program_id(0)
-    if NEXT_LINE:
-        pdl.prefetch_share(Next, next_lines, row, tl.num_programs(0), NEXT_LINE, 128)
+def _add_rms_norm_kernel(X, Bias, R, W, Out, Sum, stride_x, plane, stride_r, N, eps, SPLITS: tl.constexpr,
+                         HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr):
+    """One program per row: s = x + residual and RMSNorm(s), x a projection's output row (_projection_row)."""
     pdl.wait(PDL)
+    row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     mask = cols < N
     x = _projection_row(X, Bias, row, stride_x, plane, cols, mask, Out.dtype.element_ty, SPLITS, HAS_BIAS)
@@ -214,34 +206,26 @@ def _projection_args(x, bias):
     return x.shape[-2], x.shape[-1], x.stride(-2), plane, splits, (bias if bias is not None else x)
 
 
-def _add_layer_norm(x, bias, dtype, residual, weight, ln_bias, eps, prefetch=None):
-    """LayerNorm(x (+ bias, for partial sums) + residual) [T, N] in dtype (_add_layer_norm_kernel); prefetch: the
-    weight the next matmul reads, asked of L2 (pdl.prefetch_args)."""
+def _add_layer_norm(x, bias, dtype, residual, weight, ln_bias, eps):
+    """LayerNorm(x (+ bias, for partial sums) + residual) [T, N] in dtype (_add_layer_norm_kernel)."""
     num_tokens, n, stride_x, plane, splits, b = _projection_args(x, bias)
     out = torch.empty((num_tokens, n), dtype=dtype, device=x.device)
     r = residual if residual is not None else out
-    launch = pdl.options(out)
-    nxt, next_lines, next_line = pdl.prefetch_args(prefetch, launch, out)
-    _add_layer_norm_kernel[(num_tokens,)](x, b, r, weight, ln_bias, out, nxt, stride_x, plane, r.stride(0), n, eps,
-                                          next_lines, SPLITS=splits, HAS_BIAS=bias is not None,
-                                          HAS_RESIDUAL=residual is not None, BLOCK=triton.next_power_of_2(n),
-                                          NEXT_LINE=next_line, **launch)
+    _add_layer_norm_kernel[(num_tokens,)](x, b, r, weight, ln_bias, out, stride_x, plane, r.stride(0), n, eps,
+                                          SPLITS=splits, HAS_BIAS=bias is not None, HAS_RESIDUAL=residual is not None,
+                                          BLOCK=triton.next_power_of_2(n), **pdl.options(out))
     return out
 
 
-def _add_rms_norm(x, bias, dtype, residual, weight, eps, prefetch=None):
-    """(RMSNorm(s), s), s = x (+ bias, for partial sums) + residual [T, N] in dtype (_add_rms_norm_kernel); prefetch:
-    as _add_layer_norm's."""
+def _add_rms_norm(x, bias, dtype, residual, weight, eps):
+    """(RMSNorm(s), s), s = x (+ bias, for partial sums) + residual [T, N] in dtype (_add_rms_norm_kernel)."""
     num_tokens, n, stride_x, plane, splits, b = _projection_args(x, bias)
     out = torch.empty((num_tokens, n), dtype=dtype, device=x.device)
     total = torch.empty_like(out)
     r = residual if residual is not None else out
-    launch = pdl.options(out)
-    nxt, next_lines, next_line = pdl.prefetch_args(prefetch, launch, out)
-    _add_rms_norm_kernel[(num_tokens,)](x, b, r, weight, out, total, nxt, stride_x, plane, r.stride(0), n, eps,
-                                        next_lines, SPLITS=splits, HAS_BIAS=bias is not None,
-                                        HAS_RESIDUAL=residual is not None, BLOCK=triton.next_power_of_2(n),
-                                        NEXT_LINE=next_line, **launch)
+    _add_rms_norm_kernel[(num_tokens,)](x, b, r, weight, out, total, stride_x, plane, r.stride(0), n, eps,
+                                        SPLITS=splits, HAS_BIAS=bias is not None, HAS_RESIDUAL=residual is not None,
+                                        BLOCK=triton.next_power_of_2(n), **pdl.options(out))
     return out, total
 
 
@@ -265,15 +249,14 @@ class TritonOps:
         return _pool_rows(hidden, span_bounds, span_bounds.shape[0], 2, mode, dim, normalize)
 
     @staticmethod
-    def add_layer_norm(x, residual, weight, bias, eps, prefetch=None):
-        return _add_layer_norm(x, None, x.dtype, residual, weight, bias, eps, prefetch)
+    def add_layer_norm(x, residual, weight, bias, eps):
+        return _add_layer_norm(x, None, x.dtype, residual, weight, bias, eps)
 
     @staticmethod
-    def linear_add_layer_norm(x, weight, bias, residual, ln_weight, ln_bias, eps, prefetch=None):
+    def linear_add_layer_norm(x, weight, bias, residual, ln_weight, ln_bias, eps):
         if triton_split_k.takes(x, weight):  # the partial sums, added up by the norm kernel
-            return _add_layer_norm(triton_split_k.partials(x, weight), bias, x.dtype, residual, ln_weight, ln_bias, eps,
-                                   prefetch)
-        return TritonOps.add_layer_norm(TritonOps.linear(x, weight, bias), residual, ln_weight, ln_bias, eps, prefetch)
+            return _add_layer_norm(triton_split_k.partials(x, weight), bias, x.dtype, residual, ln_weight, ln_bias, eps)
+        return TritonOps.add_layer_norm(TritonOps.linear(x, weight, bias), residual, ln_weight, ln_bias, eps)
 
     @staticmethod
     def embed_layer_norm(input_ids, positions, token_type_ids, word, position, token_type, weight, bias, eps):
@@ -286,15 +269,14 @@ class TritonOps:
         return out
 
     @staticmethod
-    def add_rms_norm(x, residual, weight, eps, prefetch=None):
-        return _add_rms_norm(x, None, x.dtype, residual, weight, eps, prefetch)
+    def add_rms_norm(x, residual, weight, eps):
+        return _add_rms_norm(x, None, x.dtype, residual, weight, eps)
 
     @staticmethod
-    def linear_add_rms_norm(x, weight, bias, residual, norm_weight, eps, prefetch=None):
+    def linear_add_rms_norm(x, weight, bias, residual, norm_weight, eps):
         if triton_split_k.takes(x, weight):  # the partial sums, added up by the norm kernel
-            return _add_rms_norm(triton_split_k.partials(x, weight), bias, x.dtype, residual, norm_weight, eps,
-                                 prefetch)
-        return TritonOps.add_rms_norm(TritonOps.linear(x, weight, bias), residual, norm_weight, eps, prefetch)
+            return _add_rms_norm(triton_split_k.partials(x, weight), bias, x.dtype, residual, norm_weight, eps)
+        return TritonOps.add_rms_norm(TritonOps.linear(x, weight, bias), residual, norm_weight, eps)
 
     @staticmethod
     def qk_norm_rope(qkv, q_weight, k_weight, positions, cos, sin, num_heads, num_kv_heads, head_dim, eps):

@@ -55,11 +55,10 @@ class DenseLayerNorm(nn.Module):
         self.LayerNorm = LayerNorm(hidden, eps=eps)
         self.ops = ops
 
-    def forward(self, x, residual, prefetch=None):
-        """prefetch: the weight the next matmul reads (ops.add_layer_norm)."""
+    def forward(self, x, residual):
         ln = self.LayerNorm
         return self.ops.linear_add_layer_norm(x, self.dense.weight, self.dense.bias, residual, ln.weight, ln.bias,
-                                              ln.eps, prefetch)
+                                              ln.eps)
 
 
 class BertAttention(nn.Module):
@@ -68,8 +67,8 @@ class BertAttention(nn.Module):
         self.self = BertSelfAttention(cfg["hidden_size"], cfg["num_attention_heads"], ops)
         self.output = DenseLayerNorm(cfg["hidden_size"], cfg["hidden_size"], cfg["layer_norm_eps"], ops)
 
-    def forward(self, x, attn, prefetch=None):
-        return self.output(self.self(x, attn), x, prefetch)
+    def forward(self, x, attn):
+        return self.output(self.self(x, attn), x)
 
 
 class BertIntermediate(nn.Module):
@@ -90,11 +89,9 @@ class BertLayer(nn.Module):
         self.intermediate = BertIntermediate(cfg, ops)
         self.output = DenseLayerNorm(cfg["intermediate_size"], cfg["hidden_size"], cfg["layer_norm_eps"], ops)
 
-    def forward(self, x, attn, next_weight=None):
-        """next_weight: the next layer's first matmul weight, asked of L2 by this layer's last norm
-        (ops.add_layer_norm); the intermediate projection's, by its first."""
-        h = self.attention(x, attn, self.intermediate.dense.weight)
-        return self.output(self.intermediate(h), h, next_weight)
+    def forward(self, x, attn):
+        h = self.attention(x, attn)
+        return self.output(self.intermediate(h), h)
 
 
 class BertEncoder(nn.Module):
@@ -126,10 +123,8 @@ class BertModel(nn.Module):
 
     def forward(self, input_ids, positions, token_type_ids=None):
         x = self.embeddings(input_ids, positions, token_type_ids)
-        layers = self.encoder.layer
-        next_weights = [layer.attention.self.qkv.weight for layer in layers[1:]] + [None]
-        for layer, next_weight in zip(layers, next_weights):
-            x = layer(x, self.attn, next_weight)
+        for layer in self.encoder.layer:
+            x = layer(x, self.attn)
         return x
 
 

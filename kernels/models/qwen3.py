@@ -70,17 +70,16 @@ class Qwen3DecoderLayer(nn.Module):
         self.mlp = Qwen3MLP(cfg, ops)
         self.ops = ops
 
-    def forward(self, h, residual, next_norm: RMSNorm, next_weight, positions, rotary, attn):
+    def forward(self, h, residual, next_norm: RMSNorm, positions, rotary, attn):
         """h: this layer's input after its input_layernorm; residual: the input itself. Returns (the layer's output
         after next_norm: the next layer's input_layernorm, or the model's final norm; the output itself). Each
-        projection runs with the add and the norm after it (ops.linear_add_rms_norm); each norm asks L2 for the
-        weight of the matmul after it: gate_up's, then next_weight (the next layer's qkv_proj's, or None)."""
+        projection runs with the add and the norm after it (ops.linear_add_rms_norm)."""
         o, norm = self.self_attn.o_proj, self.post_attention_layernorm
         h, residual = self.ops.linear_add_rms_norm(self.self_attn(h, positions, rotary, attn), o.weight, o.bias,
-                                                   residual, norm.weight, norm.eps, self.mlp.gate_up_proj.weight)
+                                                   residual, norm.weight, norm.eps)
         down = self.mlp.down_proj
         return self.ops.linear_add_rms_norm(self.mlp(h), down.weight, down.bias, residual, next_norm.weight,
-                                            next_norm.eps, next_weight)
+                                            next_norm.eps)
 
 
 class Qwen3Model(nn.Module):
@@ -108,12 +107,10 @@ class Qwen3Model(nn.Module):
 
     def forward(self, input_ids, positions, token_type_ids=None):
         first = self.layers[0].input_layernorm
-        h, residual = self.ops.add_rms_norm(self.embed_tokens(input_ids), None, first.weight, first.eps,
-                                            self.layers[0].self_attn.qkv_proj.weight)
+        h, residual = self.ops.add_rms_norm(self.embed_tokens(input_ids), None, first.weight, first.eps)
         next_norms = [layer.input_layernorm for layer in self.layers[1:]] + [self.norm]
-        next_weights = [layer.self_attn.qkv_proj.weight for layer in self.layers[1:]] + [None]
-        for layer, next_norm, next_weight in zip(self.layers, next_norms, next_weights):
-            h, residual = layer(h, residual, next_norm, next_weight, positions, self.rotary, self.attn)
+        for layer, next_norm in zip(self.layers, next_norms):
+            h, residual = layer(h, residual, next_norm, positions, self.rotary, self.attn)
         return h
 
 
