@@ -28,6 +28,35 @@ def test_prefetch_lines_cover_the_columns_in_a_power_of_two(cols, lines):
     assert pdl.prefetch_lines(cols) * 64 >= cols
 
 
+def _pdl_kernels():
+    """Every Triton kernel of the forward pass that takes the PDL constexpr: (name, source). A kernel is a JITFunction,
+    or with Triton's interpreter on an InterpretedFunction; both keep the Python function as .fn."""
+    import inspect
+
+    from embedpipe.kernels.cuda import triton_attention, triton_linear, triton_ops, triton_split_k
+    return [(f"{module.__name__}.{name}", inspect.getsource(fn.fn))
+            for module in (triton_ops, triton_linear, triton_split_k, triton_attention)
+            for name, fn in vars(module).items() if "PDL" in getattr(fn, "arg_names", ())]
+
+
+# what a kernel may not do before pdl.wait: load or store an activation, directly or through a helper that does
+MEMORY_BEFORE_WAIT = ("tl.load(", "tl.store(", ".load(", ".store(", "tl.dot(", "_projection_row(", "_output_tile(",
+                      "_attend(", "_store_layer_norm(")
+
+
+def test_every_pdl_kernel_waits_before_it_touches_an_activation():
+    """pdl.py's rule, read off each kernel's source: pdl.wait(PDL) comes before any load, store or helper that loads
+    (weights may be prefetched before it: pdl.prefetch_*). A kernel that broke it could read what the kernel before
+    has not written yet."""
+    kernels = _pdl_kernels()
+    assert len(kernels) >= 11  # the norms, RoPE, SiLU-and-mul, pooling, layout, the matmuls, attention
+    for name, src in kernels:
+        body = src[src.index("):\n"):]  # past the signature
+        assert "pdl.wait(PDL)" in body, name
+        before = body[:body.index("pdl.wait(PDL)")]
+        assert not [op for op in MEMORY_BEFORE_WAIT if op in before.replace("pdl.prefetch", "")], name
+
+
 def _pdl_off(monkeypatch):
     monkeypatch.setattr(pdl, "supported", lambda device: False)
 
