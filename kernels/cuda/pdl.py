@@ -17,20 +17,22 @@ for everything before them, as before.
 from __future__ import annotations
 
 import functools
+from types import MappingProxyType
 
 import torch
 import triton
 import triton.language as tl
 
-OFF = {"PDL": False}
-ON = {"PDL": True, "launch_pdl": True}
+OFF = MappingProxyType({"PDL": False})
+ON = MappingProxyType({"PDL": True, "launch_pdl": True})
 
-# The most rows (tokens; sequences for the per-sequence kernels) a kernel launched with PDL handles. Measured on an
-# H100 (results/2026-12-06-h200-pdl, call 1, 3 rounds, fresh processes alternated): at 1 x 16 and 1 x 128 tokens
-# BERT-base 0.411 -> 0.367 and 0.448 -> 0.398 ms, MiniLM-L6 0.189 -> 0.163 at 128; at 64 x 512 every model a little
-# slower (MiniLM-L6 2.68 -> 2.79 ms a batch, Qwen3-0.6B 63.8 -> 64.4). 256 is the split-K projections' bound
-# (triton_split_k.TOKEN_RANGE); nothing between 128 and 32,768 tokens was measured.
-MAX_ROWS = 256
+# The most tokens a batch may hold for its kernels to launch with PDL. Measured on an H100 (results/2026-12-06-h200-pdl,
+# 3 rounds, fresh processes alternated), call 1: at 1 x 16 and 1 x 128 tokens BERT-base 0.411 -> 0.367 and 0.448 ->
+# 0.398 ms, MiniLM-L6 0.189 -> 0.163 at 128, Qwen3-0.6B 1.122 -> 1.088 and 1.233 -> 1.244; at 64 x 512 every model a
+# little slower (MiniLM-L6 2.68 -> 2.79 ms a batch, Qwen3-0.6B 63.8 -> 64.4); call 2, this gate: BERT-base 1 x 128
+# 0.492 -> 0.408, 64 x 512 unchanged. 256 is the split-K projections' bound (triton_split_k.TOKEN_RANGE); nothing
+# between 128 and 32,768 tokens was measured.
+MAX_TOKENS = 256
 
 
 @functools.cache
@@ -45,17 +47,17 @@ def supported(device: torch.device) -> bool:
         return False
 
 
-def options(rows: torch.Tensor) -> dict:
-    """The launch keywords of a kernel that takes the PDL constexpr, for a kernel over the first dimension of `rows`
-    (tokens, or sequences): with PDL on a GPU that supports it, up to MAX_ROWS."""
-    return ON if rows.shape[0] <= MAX_ROWS and supported(rows.device) else OFF
+def options(tokens: torch.Tensor) -> MappingProxyType:
+    """The launch keywords of a kernel that takes the PDL constexpr; `tokens`: a tensor of the batch's (a row a token,
+    on the kernel's device): with PDL on a GPU that supports it, for batches of up to MAX_TOKENS."""
+    return ON if tokens.shape[0] <= MAX_TOKENS and supported(tokens.device) else OFF
 
 
 @triton.jit
 def wait(PDL: tl.constexpr):
     """Waits until the kernel before has finished and its writes are visible, then lets the kernel after start.
-    Call it before the first load of an activation and before any store. No-op without PDL (and in Triton's
-    interpreter, which has no gdc instructions)."""
+    Call it before the first load of an activation and before any store. No-op where options() turned PDL off (the
+    CPU: Triton's interpreter has no gdc instructions)."""
     if PDL:
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
@@ -63,8 +65,8 @@ def wait(PDL: tl.constexpr):
 
 @triton.jit
 def prefetch_l2(ptrs):
-    """Asks L2 for the 128-byte lines holding ptrs (any shape of pointers; a hint: nothing is loaded to registers, an
-    address is never faulted on)."""
+    """Asks L2 for the 128-byte lines holding ptrs (any shape of pointers, each inside its tensor: the callers clamp
+    them). A hint: nothing is loaded to registers."""
     tl.inline_asm_elementwise("prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [ptrs], dtype=tl.int32,
                               is_pure=False, pack=1)
 
@@ -79,6 +81,7 @@ def prefetch_weight_tile(W, stride_w, row_begin, row_end, col_begin, col_end, RO
     prefetch_l2(W + rows[:, None] * stride_w + cols[None, :])
 
 
-def prefetch_lines(num_cols: int) -> int:
-    """LINES for prefetch_weight_tile over num_cols half-precision columns: a power of two (a Triton shape)."""
-    return triton.next_power_of_2(max(1, triton.cdiv(num_cols, 64)))
+def prefetch_lines(num_cols: int, launch: MappingProxyType) -> int:
+    """LINES for prefetch_weight_tile over num_cols half-precision columns: a power of two (a Triton shape); 1 for a
+    launch without PDL, which prefetches nothing (one compiled variant whatever the width)."""
+    return triton.next_power_of_2(max(1, triton.cdiv(num_cols, 64))) if launch["PDL"] else 1

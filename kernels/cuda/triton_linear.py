@@ -94,28 +94,29 @@ def _epilogue(acc, acc_up, B, cols, N, dtype: tl.constexpr, ACT: tl.constexpr, H
 
 
 @triton.jit
-def _linear_act_kernel(x_desc, w_desc, out_desc, B, W, M, N, K, up_rows,
+def _linear_act_kernel(x_desc, w_desc, out_desc, B, W, stride_w, M, N, K, up_rows,
                        ACT: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                        BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, PDL: tl.constexpr, LINES: tl.constexpr):
     """Out [M, N] = act(X [M, K] @ W[:N].T (+ B)); ACT == SILU_MUL: silu(X @ W[:N].T) * (X @ W[up_rows:][:N].T).
     One program per output tile; tiles moved by TMA descriptors (x [BLOCK_M, BLOCK_K], W [BLOCK_N, BLOCK_K],
     Out [BLOCK_M, BLOCK_N]): rows and columns past the tensors' ends load as zeros and are not stored. PDL: the
-    tile's weight rows (LINES 128-byte lines of each) asked of L2 while the kernel before runs (pdl.py)."""
+    tile's weight rows (W's, stride_w apart: LINES 128-byte lines of each) asked of L2 while the kernel before runs
+    (pdl.py)."""
     tile_m, tile_n = _tile_of(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     if PDL:
-        pdl.prefetch_weight_tile(W, K, tile_n * BLOCK_N, N, 0, K, BLOCK_N, LINES)
+        pdl.prefetch_weight_tile(W, stride_w, tile_n * BLOCK_N, N, 0, K, BLOCK_N, LINES)
         if ACT == 3:  # SILU_MUL: the up rows of the same columns
-            pdl.prefetch_weight_tile(W, K, up_rows + tile_n * BLOCK_N, up_rows + N, 0, K, BLOCK_N, LINES)
+            pdl.prefetch_weight_tile(W, stride_w, up_rows + tile_n * BLOCK_N, up_rows + N, 0, K, BLOCK_N, LINES)
     pdl.wait(PDL)
     _output_tile(x_desc, w_desc, out_desc, B, N, K, up_rows, tile_m * BLOCK_M, tile_n * BLOCK_N,
                  ACT, HAS_BIAS, BLOCK_M, BLOCK_N, BLOCK_K)
 
 
 @triton.jit
-def _linear_act_persistent_kernel(x_desc, w_desc, out_desc, B, W, M, N, K, up_rows,
+def _linear_act_persistent_kernel(x_desc, w_desc, out_desc, B, M, N, K, up_rows,
                                   ACT: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr,
                                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                                  PDL: tl.constexpr, LINES: tl.constexpr):
+                                  PDL: tl.constexpr):
     """_linear_act_kernel with one program per SM, each taking every num_programs-th tile: no launch tail, and the
     loads of a program's next tile can start while it stores the last. Nothing prefetched (many tiles a program)."""
     pdl.wait(PDL)
@@ -212,10 +213,14 @@ def _launch(x: torch.Tensor, weight: torch.Tensor, bias, n: int, act: int, confi
                 num_stages=config.num_stages)
     b = bias if bias is not None else weight
     bm, bn, bk = config.block_m, config.block_n, config.block_k
-    kernel = _linear_act_persistent_kernel if config.persistent else _linear_act_kernel
-    kernel[grid](TensorDescriptor.from_tensor(x, [bm, bk]), TensorDescriptor.from_tensor(weight, [bn, bk]),
-                 TensorDescriptor.from_tensor(out, [bm, bn]), b, weight, m, n, k, n, LINES=pdl.prefetch_lines(k),
-                 **meta, **pdl.options(x))
+    descs = (TensorDescriptor.from_tensor(x, [bm, bk]), TensorDescriptor.from_tensor(weight, [bn, bk]),
+             TensorDescriptor.from_tensor(out, [bm, bn]), b)
+    launch = pdl.options(x)
+    if config.persistent:  # many tiles a program: no weight tile to prefetch
+        _linear_act_persistent_kernel[grid](*descs, m, n, k, n, **meta, **launch)
+    else:  # the weight's own pointer and row stride, for the prefetch
+        _linear_act_kernel[grid](*descs, weight, weight.stride(0), m, n, k, n, LINES=pdl.prefetch_lines(k, launch),
+                                 **meta, **launch)
     return out
 
 

@@ -194,7 +194,7 @@ def _pool_rows(hidden, bounds, num_rows: int, bounds_stride: int, mode: str, dim
         hidden, bounds, out, hidden.stride(0), hidden.shape[0], dim, MODE=POOL_MODES[mode],
         BOUNDS_STRIDE=bounds_stride, BLOCK_T=POOL_BLOCK_T, BLOCK_C=POOL_BLOCK_C, **pdl.options(hidden))
     if normalize:
-        _l2_normalize_kernel[(num_rows,)](out, dim, 1e-12, BLOCK=triton.next_power_of_2(dim), **pdl.options(out))
+        _l2_normalize_kernel[(num_rows,)](out, dim, 1e-12, BLOCK=triton.next_power_of_2(dim), **pdl.options(hidden))
     return out
 
 

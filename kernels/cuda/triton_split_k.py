@@ -58,18 +58,19 @@ def split_config(num_tokens: int, n: int, k: int, num_sms: int) -> SplitConfig:
 
 
 @triton.jit
-def _partials_kernel(x_desc, w_desc, W, P, M, N, K, k_per_split, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+def _partials_kernel(x_desc, w_desc, W, stride_w, P, M, N, K, k_per_split, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      BLOCK_K: tl.constexpr, PDL: tl.constexpr, LINES: tl.constexpr):
     """P[split] [M, N] float32 = X[:, range] @ W[:, range].T over the split's K range [split * k_per_split,
     + k_per_split) (k_per_split a multiple of BLOCK_K). Program (tile, split); tiles row-major; X and W tiles moved by
     TMA descriptors (x [BLOCK_M, BLOCK_K], W [BLOCK_N, BLOCK_K]; past the ends they load as zeros). PDL: the
-    program's weight tile (LINES 128-byte lines a row) asked of L2 while the kernel before runs (pdl.py)."""
+    program's weight tile (W's rows, stride_w apart: LINES 128-byte lines a row) asked of L2 while the kernel before
+    runs (pdl.py)."""
     tile, split = tl.program_id(0), tl.program_id(1)
     tiles_n = tl.cdiv(N, BLOCK_N)
     off_m, off_n = (tile // tiles_n) * BLOCK_M, (tile % tiles_n) * BLOCK_N
     k_begin = split * k_per_split
     if PDL:
-        pdl.prefetch_weight_tile(W, K, off_n, N, k_begin, tl.minimum(k_begin + k_per_split, K), BLOCK_N, LINES)
+        pdl.prefetch_weight_tile(W, stride_w, off_n, N, k_begin, tl.minimum(k_begin + k_per_split, K), BLOCK_N, LINES)
     pdl.wait(PDL)
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k in range(k_begin, tl.minimum(k_begin + k_per_split, K), BLOCK_K):
@@ -103,8 +104,9 @@ def partials(x: torch.Tensor, weight: torch.Tensor, config: SplitConfig | None =
     splits = triton.cdiv(k, k_per_split)  # none empty
     out = torch.empty((splits, m, n), dtype=torch.float32, device=x.device)
     grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn), splits)
+    launch = pdl.options(x)
     _partials_kernel[grid](TensorDescriptor.from_tensor(x, [bm, bk]), TensorDescriptor.from_tensor(weight, [bn, bk]),
-                           weight, out, m, n, k, k_per_split, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
-                           LINES=pdl.prefetch_lines(k_per_split), num_warps=config.num_warps,
-                           num_stages=config.num_stages, **pdl.options(x))
+                           weight, weight.stride(0), out, m, n, k, k_per_split, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
+                           LINES=pdl.prefetch_lines(k_per_split, launch), num_warps=config.num_warps,
+                           num_stages=config.num_stages, **launch)
     return out
