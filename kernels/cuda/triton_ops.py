@@ -190,11 +190,12 @@ def _pool_rows(hidden, bounds, num_rows: int, bounds_stride: int, mode: str, dim
     """[num_rows, dim] float32: row r pools hidden's rows [bounds[r * stride], bounds[r * stride + 1]) (_pool_kernel),
     truncated to dim columns, then L2-normalised in place."""
     out = torch.empty((num_rows, dim), dtype=torch.float32, device=hidden.device)
+    launch = pdl.options(hidden)  # both kernels: gated on the batch's tokens
     _pool_kernel[(num_rows, triton.cdiv(dim, POOL_BLOCK_C))](
         hidden, bounds, out, hidden.stride(0), hidden.shape[0], dim, MODE=POOL_MODES[mode],
-        BOUNDS_STRIDE=bounds_stride, BLOCK_T=POOL_BLOCK_T, BLOCK_C=POOL_BLOCK_C, **pdl.options(hidden))
+        BOUNDS_STRIDE=bounds_stride, BLOCK_T=POOL_BLOCK_T, BLOCK_C=POOL_BLOCK_C, **launch)
     if normalize:
-        _l2_normalize_kernel[(num_rows,)](out, dim, 1e-12, BLOCK=triton.next_power_of_2(dim), **pdl.options(hidden))
+        _l2_normalize_kernel[(num_rows,)](out, dim, 1e-12, BLOCK=triton.next_power_of_2(dim), **launch)
     return out
 
 
