@@ -7,9 +7,10 @@ A system is a name and a PYTHONPATH entry put first (empty: this checkout), so a
 with `pip install --no-deps --target SITE` runs the same script on the same model folders. With several
 attention backends, each system runs each of them (as "NAME/BACKEND"), all alternating round by round.
 Every process warms the GPU's clocks (a second of matmuls) before it times `step(batch).result()` for each
-model and length. Each step repeats one layout, so FlashInfer's plan (skipped for a repeated layout) costs
-nothing here; a server meets a new layout at almost every request. With --throughput the engines capture
-graphs up to that batch's tokens (as engine_bench.py's), past the index job's default 16,384.
+model and length, then the step's graph replayed back to back ("replay": the device's part alone). Each step
+repeats one layout, so FlashInfer's plan (skipped for a repeated layout) costs nothing here; a server meets a new
+layout at almost every request. With --throughput the engines capture graphs up to that batch's tokens (as
+engine_bench.py's), past the index job's default 16,384.
 Writes DIR/latency-ab.json (every round, the median and the spread) and prints a table.
 """
 from __future__ import annotations
@@ -31,7 +32,7 @@ def worker(folders: dict[str, str], lengths: list[int], attention: str, throughp
     import numpy as np
     import torch
 
-    from common import ceilings, random_sequences, time_calls, two_in_flight_s
+    from common import ceilings, cuda_ms, random_sequences, time_calls, two_in_flight_s
     from embedpipe.kernels.batch import BucketPolicy, pack
     from embedpipe.kernels.engine import Engine, EngineConfig
     from embedpipe.kernels.graph_cache import GraphConfig
@@ -55,6 +56,8 @@ def worker(folders: dict[str, str], lengths: list[int], attention: str, throughp
             # 30 untimed: eager, capture, then replays
             samples = time_calls(lambda: engine.step(batch).result(), iters=300, warmup=30)
             out[f"{name} 1x{length}"] = statistics.median(samples)
+            # the device's part alone: the step's graph replayed back to back (no host work between)
+            out[f"{name} 1x{length} replay"] = cuda_ms(engine.runner.captured_graph(batch).replay, 300)
         if throughput:
             num_seqs, length = throughput
             batch = pack(random_sequences(np.random.default_rng(0), num_seqs, length), BucketPolicy())

@@ -24,11 +24,27 @@ class AttentionSpec:
         return self.head_dim ** -0.5
 
 
+@dataclass(frozen=True)
+class QKNormRope:
+    """Per-head RMSNorm of q and k, then rotate-half RoPE (Qwen3), for a backend to apply as it loads them
+    (AttentionBackend.folds_qk_norm_rope): the norms' weights [head_dim], their eps, and the float32 RoPE tables
+    [max_positions, head_dim] (layers.RotaryEmbedding). Positions restart in every sequence (ops.token_layout), so
+    a row's position is its place in its sequence."""
+    q_weight: torch.Tensor
+    k_weight: torch.Tensor
+    eps: float
+    cos: torch.Tensor
+    sin: torch.Tensor
+
+
 class AttentionBackend:
     """Interface: plan(...) on the host once per batch, then forward(q, k, v) in every layer."""
 
     graph_safe = True  # whether forward() may be captured in a CUDA graph and replayed after a new plan()
     choice = None  # the AttentionChoice the engine was built with (what runs, and why): for logs and metrics
+    # whether forward() takes qk_norm_rope for the planned batch (q and k as the projection left them); else the
+    # model runs ops.qk_norm_rope first
+    folds_qk_norm_rope = False
 
     def __init__(self, spec: AttentionSpec):
         self.spec = spec
@@ -46,7 +62,9 @@ class AttentionBackend:
         """
         raise NotImplementedError
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                qk_norm_rope: QKNormRope | None = None) -> torch.Tensor:
+        """qk_norm_rope: given (and taken) only where folds_qk_norm_rope is true."""
         raise NotImplementedError
 
 

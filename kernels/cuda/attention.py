@@ -20,6 +20,9 @@ MIN_WORKSPACE_BYTES = 128 << 20
 # room for split-KV scratch, were a plan to split (up to ~10 bytes per output value on the H200)
 SPLIT_KV_BYTES_PER_VALUE = 16
 MIN_MAX_Q = 128  # the flash kernel's query block: a smaller max_q launches no fewer blocks
+# the longest sequence bound (max_q) up to which the Triton kernel applies Qwen3's q/k norm and RoPE as it loads q and
+# k (one kernel less a layer)
+FOLD_MAX_Q = 128
 
 
 class FlashInferAttention(AttentionBackend):
@@ -153,8 +156,15 @@ class TritonVarlenAttention(TorchVarlenAttention):
         super().__init__(spec, max_seqlen)
         self._kernel = triton_attention.varlen_attention
 
-    def forward(self, q, k, v):
-        return self._kernel(q, k, v, self._cu_seqlens, self._max_q, self.spec.causal, self.spec.scale)
+    @property
+    def folds_qk_norm_rope(self) -> bool:
+        """Up to FOLD_MAX_Q rows a sequence: past that each key block would be normed and rotated again for too
+        many query blocks."""
+        return self._max_q <= FOLD_MAX_Q
+
+    def forward(self, q, k, v, qk_norm_rope=None):
+        return self._kernel(q, k, v, self._cu_seqlens, self._max_q, self.spec.causal, self.spec.scale,
+                            qk_norm_rope=qk_norm_rope)
 
 
 def _longest(cu_seqlens: torch.Tensor) -> int:
@@ -184,8 +194,12 @@ class SelectedAttention(AttentionBackend):
         self._current = self.backends[name]
         self._current.plan(cu_seqlens, num_seqs, None if graph_key is None else graph_key[:-1], device_cu_seqlens)
 
-    def forward(self, q, k, v):
-        return self._current.forward(q, k, v)
+    @property
+    def folds_qk_norm_rope(self) -> bool:
+        return self._current.folds_qk_norm_rope
+
+    def forward(self, q, k, v, **kwargs):
+        return self._current.forward(q, k, v, **kwargs)
 
 
 def machine_signature(device: torch.device) -> dict:

@@ -19,28 +19,60 @@ import torch
 import triton
 import triton.language as tl
 
+from embedpipe.kernels.attention import QKNormRope
 from embedpipe.kernels.cuda import pdl
+from embedpipe.kernels.cuda.triton_ops import rms_norm_rope
 
 LOG2_E = 1.4426950408889634
 
 
 @triton.jit
-def _attend(q, K, V, kv_head, stride_kt, stride_kh, stride_vt, stride_vh, rows, dims, best, total, acc,
-            keys_begin, keys_end, scale_log2, MASKED: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr):
+def _load(ptrs, mask, MASKED: tl.constexpr):
+    if MASKED:
+        return tl.load(ptrs, mask=mask, other=0.0)
+    return tl.load(ptrs)
+
+
+@triton.jit
+def _rotated_halves(X, stride_x, positions, ok, W, Cos, Sin, stride_cos, eps,
+                    HALF: tl.constexpr, AXIS: tl.constexpr, MASKED: tl.constexpr):
+    """Head vectors of one head (X: its first dimension in row 0) at `positions` of the sequence, normed and rotated
+    (triton_ops.rms_norm_rope) as they load: AXIS 1 -> halves [len(positions), HALF] (queries), AXIS 0 ->
+    [HALF, len(positions)] (keys, transposed). A row's position in its sequence indexes the RoPE tables."""
+    dims = tl.arange(0, HALF)
+    if AXIS == 1:
+        rows, dims, mask = positions[:, None], dims[None, :], ok[:, None]
+    else:
+        rows, dims, mask = positions[None, :], dims[:, None], ok[None, :]
+    dtype = X.dtype.element_ty
+    x1 = _load(X + rows * stride_x + dims, mask, MASKED).to(tl.float32)
+    x2 = _load(X + rows * stride_x + HALF + dims, mask, MASKED).to(tl.float32)
+    c = _load(Cos + rows * stride_cos + dims, mask, MASKED).to(dtype).to(tl.float32)
+    s = _load(Sin + rows * stride_cos + dims, mask, MASKED).to(dtype).to(tl.float32)
+    w1, w2 = tl.load(W + dims).to(tl.float32), tl.load(W + HALF + dims).to(tl.float32)
+    return rms_norm_rope(x1, x2, w1, w2, c, s, eps, dtype, AXIS, HALF)
+
+
+@triton.jit
+def _attend(q, q2, K, V, kv_head, stride_kt, stride_kh, stride_vt, stride_vh, rows, dims, best, total, acc,
+            keys_begin, keys_end, scale_log2, KW, Cos, Sin, stride_cos, eps, MASKED: tl.constexpr,
+            CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, NORM_ROPE: tl.constexpr, HEAD_DIM: tl.constexpr):
     """Online softmax over keys [keys_begin, keys_end) in blocks of BLOCK_N; MASKED: the last block may pass the
-    sequence's end and (CAUSAL) some keys follow some rows. Returns the updated (best, total, acc)."""
+    sequence's end and (CAUSAL) some keys follow some rows. NORM_ROPE: q and q2 are the query halves, and each key
+    block is normed and rotated as it loads (_rotated_halves). Returns the updated (best, total, acc)."""
     for key_start in range(keys_begin, keys_end, BLOCK_N):
         cols = key_start + tl.arange(0, BLOCK_N)  # [BLOCK_N] key positions
-        if MASKED:
-            col_ok = cols < keys_end
-            k = tl.load(K + cols[None, :] * stride_kt + kv_head * stride_kh + dims[:, None],
-                        mask=col_ok[None, :], other=0.0)  # [HEAD_DIM, BLOCK_N]
-            v = tl.load(V + cols[:, None] * stride_vt + kv_head * stride_vh + dims[None, :],
-                        mask=col_ok[:, None], other=0.0)  # [BLOCK_N, HEAD_DIM]
+        col_ok = cols < keys_end
+        if NORM_ROPE:
+            k1, k2 = _rotated_halves(K + kv_head * stride_kh, stride_kt, cols, col_ok, KW, Cos, Sin, stride_cos, eps,
+                                     HEAD_DIM // 2, 0, MASKED)  # [HEAD_DIM / 2, BLOCK_N] each
+            scores = tl.dot(q2, k2, tl.dot(q, k1)) * scale_log2  # [BLOCK_M, BLOCK_N]
         else:
-            k = tl.load(K + cols[None, :] * stride_kt + kv_head * stride_kh + dims[:, None])
-            v = tl.load(V + cols[:, None] * stride_vt + kv_head * stride_vh + dims[None, :])
-        scores = tl.dot(q, k) * scale_log2  # [BLOCK_M, BLOCK_N]
+            k = _load(K + cols[None, :] * stride_kt + kv_head * stride_kh + dims[:, None], col_ok[None, :],
+                      MASKED)  # [HEAD_DIM, BLOCK_N]
+            scores = tl.dot(q, k) * scale_log2  # [BLOCK_M, BLOCK_N]
+        v = _load(V + cols[:, None] * stride_vt + kv_head * stride_vh + dims[None, :], col_ok[:, None],
+                  MASKED)  # [BLOCK_N, HEAD_DIM]
         if MASKED:
             visible = col_ok[None, :]
             if CAUSAL:
@@ -56,10 +88,11 @@ def _attend(q, K, V, kv_head, stride_kt, stride_kh, stride_vt, stride_vh, rows, 
 
 
 @triton.jit
-def _varlen_attention_kernel(Q, K, V, Out, CuSeqlens, stride_qt, stride_qh, stride_kt, stride_kh, stride_vt,
-                             stride_vh, stride_ot, stride_oh, scale_log2,
+def _varlen_attention_kernel(Q, K, V, Out, CuSeqlens, QW, KW, Cos, Sin, stride_qt, stride_qh, stride_kt, stride_kh,
+                             stride_vt, stride_vh, stride_ot, stride_oh, stride_cos, eps, scale_log2,
                              GROUP: tl.constexpr, CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr,
-                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PDL: tl.constexpr):
+                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NORM_ROPE: tl.constexpr,
+                             PDL: tl.constexpr):
     pdl.wait(PDL)
     block, seq, head = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     start = tl.load(CuSeqlens + seq)
@@ -74,8 +107,13 @@ def _varlen_attention_kernel(Q, K, V, Out, CuSeqlens, stride_qt, stride_qh, stri
     dims = tl.arange(0, HEAD_DIM)
     kv_head = head // GROUP
     row_ok = rows < length
-    q = tl.load(Q + rows[:, None] * stride_qt + head * stride_qh + dims[None, :],
-                mask=row_ok[:, None], other=0.0)  # [BLOCK_M, HEAD_DIM]
+    if NORM_ROPE:  # the halves [BLOCK_M, HEAD_DIM / 2], normed and rotated
+        q, q2 = _rotated_halves(Q + head * stride_qh, stride_qt, rows, row_ok, QW, Cos, Sin, stride_cos, eps,
+                                HEAD_DIM // 2, 1, True)
+    else:
+        q = tl.load(Q + rows[:, None] * stride_qt + head * stride_qh + dims[None, :],
+                    mask=row_ok[:, None], other=0.0)  # [BLOCK_M, HEAD_DIM]
+        q2 = q
     best = tl.full([BLOCK_M], float("-inf"), tl.float32)  # running row maximum (log2 units)
     total = tl.zeros([BLOCK_M], tl.float32)  # running sum of exp2(score - best)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
@@ -87,10 +125,12 @@ def _varlen_attention_kernel(Q, K, V, Out, CuSeqlens, stride_qt, stride_qh, stri
     else:
         unmasked_end = length // BLOCK_N * BLOCK_N
         keys_end = length
-    best, total, acc = _attend(q, K, V, kv_head, stride_kt, stride_kh, stride_vt, stride_vh, rows, dims,
-                               best, total, acc, 0, unmasked_end, scale_log2, False, CAUSAL, BLOCK_N)
-    best, total, acc = _attend(q, K, V, kv_head, stride_kt, stride_kh, stride_vt, stride_vh, rows, dims,
-                               best, total, acc, unmasked_end, keys_end, scale_log2, True, CAUSAL, BLOCK_N)
+    best, total, acc = _attend(q, q2, K, V, kv_head, stride_kt, stride_kh, stride_vt, stride_vh, rows, dims,
+                               best, total, acc, 0, unmasked_end, scale_log2, KW, Cos, Sin, stride_cos, eps,
+                               False, CAUSAL, BLOCK_N, NORM_ROPE, HEAD_DIM)
+    best, total, acc = _attend(q, q2, K, V, kv_head, stride_kt, stride_kh, stride_vt, stride_vh, rows, dims,
+                               best, total, acc, unmasked_end, keys_end, scale_log2, KW, Cos, Sin, stride_cos, eps,
+                               True, CAUSAL, BLOCK_N, NORM_ROPE, HEAD_DIM)
     out = acc / total[:, None]
     tl.store(Out + rows[:, None] * stride_ot + head * stride_oh + dims[None, :],
              out.to(Out.dtype.element_ty), mask=row_ok[:, None])
@@ -116,21 +156,25 @@ def launch_config(max_q: int) -> LaunchConfig:
 
 def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor, max_q: int,
                      causal: bool, scale: float, config: LaunchConfig | None = None,
-                     out: torch.Tensor | None = None) -> torch.Tensor:
+                     out: torch.Tensor | None = None, qk_norm_rope: QKNormRope | None = None) -> torch.Tensor:
     """q [T, H, D], k and v [T, Hkv, D] (H a multiple of Hkv, D a power of two), cu_seqlens [slots + 1] int32 on the
     device, max_q >= the longest sequence -> out [T, H, D] (a new tensor by default): each row attends to its own
     sequence's rows (causal: to those up to itself). Rows outside every sequence are left unwritten. config:
-    launch_config's by default."""
+    launch_config's by default. qk_norm_rope: q and k are normed and rotated as the kernel loads them (each row at
+    its place in its sequence), as ops.qk_norm_rope would have before; q and k are left as they are."""
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     num_heads, head_dim = q.shape[1:]
     config = config or launch_config(max_q)
     out = torch.empty_like(q) if out is None else out
     grid = (triton.cdiv(max_q, config.block_m), cu_seqlens.shape[0] - 1, num_heads)
+    rope = qk_norm_rope
+    tables = (rope.q_weight, rope.k_weight, rope.cos, rope.sin, rope.cos.stride(0), rope.eps) if rope else (
+        q, q, q, q, 0, 0.0)  # not read
     _varlen_attention_kernel[grid](
-        q, k, v, out, cu_seqlens, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-        out.stride(0), out.stride(1), scale * LOG2_E, GROUP=num_heads // k.shape[1], CAUSAL=causal,
-        HEAD_DIM=head_dim, BLOCK_M=config.block_m, BLOCK_N=config.block_n, num_warps=config.num_warps,
-        num_stages=config.num_stages, **pdl.options(q))
+        q, k, v, out, cu_seqlens, *tables[:4], q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0),
+        v.stride(1), out.stride(0), out.stride(1), *tables[4:], scale * LOG2_E, GROUP=num_heads // k.shape[1],
+        CAUSAL=causal, HEAD_DIM=head_dim, BLOCK_M=config.block_m, BLOCK_N=config.block_n, NORM_ROPE=rope is not None,
+        num_warps=config.num_warps, num_stages=config.num_stages, **pdl.options(q))
     return out
 
 

@@ -92,9 +92,22 @@ def _add_rms_norm_kernel(X, Bias, R, W, Out, Sum, stride_x, plane, stride_r, N, 
 
 
 @triton.jit
+def rms_norm_rope(x1, x2, w1, w2, cos, sin, eps, dtype: tl.constexpr, AXIS: tl.constexpr, HALF: tl.constexpr):
+    """Qwen3's per-head RMSNorm, then rotate-half RoPE, of head vectors held as their halves x1 = x[:HALF] and
+    x2 = x[HALF:] (float32 tiles, the head dimension along AXIS); w1, w2: the norm weight's halves, cos, sin: each
+    row's table halves rounded to dtype (as transformers casts them), float32, all broadcast to the tiles. Returns the
+    rotated halves in dtype, rounded where transformers rounds (the normed vector, its product with the weight)."""
+    rstd = 1.0 / tl.sqrt((tl.sum(x1 * x1, axis=AXIS) + tl.sum(x2 * x2, axis=AXIS)) / (2 * HALF) + eps)
+    rstd = tl.expand_dims(rstd, AXIS)
+    n1 = ((x1 * rstd).to(dtype).to(tl.float32) * w1).to(dtype).to(tl.float32)
+    n2 = ((x2 * rstd).to(dtype).to(tl.float32) * w2).to(dtype).to(tl.float32)
+    return (n1 * cos - n2 * sin).to(dtype), (n2 * cos + n1 * sin).to(dtype)
+
+
+@triton.jit
 def _qk_norm_rope_kernel(QKV, QW, KW, Pos, Cos, Sin, stride_t, stride_cos, num_heads, num_qk_heads, eps,
                          HALF: tl.constexpr, HEADS: tl.constexpr, PDL: tl.constexpr):
-    """One program per token, all its q and k heads at once: per-head RMSNorm, then rotate-half RoPE, in place."""
+    """One program per token, all its q and k heads at once: rms_norm_rope, in place."""
     pdl.wait(PDL)
     token = tl.program_id(0)
     heads = tl.arange(0, HEADS)[:, None]  # [HEADS, 1]; the k heads follow the q heads in qkv
@@ -103,18 +116,16 @@ def _qk_norm_rope_kernel(QKV, QW, KW, Pos, Cos, Sin, stride_t, stride_cos, num_h
     base = QKV + token * stride_t + heads * 2 * HALF
     x1 = tl.load(base + cols, mask=mask, other=0.0).to(tl.float32)
     x2 = tl.load(base + HALF + cols, mask=mask, other=0.0).to(tl.float32)
-    rstd = 1.0 / tl.sqrt((tl.sum(x1 * x1, axis=1) + tl.sum(x2 * x2, axis=1)) / (2 * HALF) + eps)[:, None]
     is_q = heads < num_heads
     w1 = tl.where(is_q, tl.load(QW + cols).to(tl.float32), tl.load(KW + cols).to(tl.float32))
     w2 = tl.where(is_q, tl.load(QW + HALF + cols).to(tl.float32), tl.load(KW + HALF + cols).to(tl.float32))
     dtype = QKV.dtype.element_ty
-    n1 = ((x1 * rstd).to(dtype).to(tl.float32) * w1).to(dtype).to(tl.float32)
-    n2 = ((x2 * rstd).to(dtype).to(tl.float32) * w2).to(dtype).to(tl.float32)
     pos = tl.load(Pos + token)
     c = tl.load(Cos + pos * stride_cos + cols).to(dtype).to(tl.float32)
     s = tl.load(Sin + pos * stride_cos + cols).to(dtype).to(tl.float32)
-    tl.store(base + cols, (n1 * c - n2 * s).to(dtype), mask=mask)
-    tl.store(base + HALF + cols, (n2 * c + n1 * s).to(dtype), mask=mask)
+    o1, o2 = rms_norm_rope(x1, x2, w1, w2, c, s, eps, dtype, 1, HALF)
+    tl.store(base + cols, o1, mask=mask)
+    tl.store(base + HALF + cols, o2, mask=mask)
 
 
 @triton.jit

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from embedpipe.kernels.attention import AttentionBackend, AttentionSpec
+from embedpipe.kernels.attention import AttentionBackend, AttentionSpec, QKNormRope
 from embedpipe.kernels.models.layers import (CheckpointRows, Embedding, PackedLinear, RMSNorm, RotaryEmbedding,
                                              float32_linear)
 from embedpipe.kernels.models.model_folder import ModelLoadError
@@ -39,9 +39,16 @@ class Qwen3Attention(nn.Module):
         self.ops = ops
 
     def forward(self, x, positions, rotary: RotaryEmbedding, attn: AttentionBackend):
-        """x [T, hidden] -> the attention's output before o_proj [T, H * D] (o_proj runs with the norm after it)."""
+        """x [T, hidden] -> the attention's output before o_proj [T, H * D] (o_proj runs with the norm after it).
+        The q/k norms and RoPE run in the attention kernel where the backend folds them, else before it."""
         # q [T, H, D], k and v [T, Hkv, D]
         qkv = self.ops.linear(x, self.qkv_proj.weight, self.qkv_proj.bias)
+        if attn.folds_qk_norm_rope:
+            q, k, v = qkv.split([self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim,
+                                 self.num_kv_heads * self.head_dim], -1)
+            heads = (x.shape[0], -1, self.head_dim)
+            fold = QKNormRope(self.q_norm.weight, self.k_norm.weight, self.q_norm.eps, rotary.cos, rotary.sin)
+            return attn.forward(q.view(heads), k.view(heads), v.view(heads), qk_norm_rope=fold).reshape(x.shape[0], -1)
         q, k, v = self.ops.qk_norm_rope(qkv, self.q_norm.weight, self.k_norm.weight, positions, rotary.cos, rotary.sin,
                                         self.num_heads, self.num_kv_heads, self.head_dim, self.q_norm.eps)
         return attn.forward(q, k, v).reshape(x.shape[0], -1)

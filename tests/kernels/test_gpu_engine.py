@@ -110,7 +110,8 @@ def test_each_backend_eager_and_replayed_matches_transformers_fp32(tmp_path, mod
 
 
 @pytest.mark.parametrize("model,attention", [("minilm", "auto"), ("bert-base", "auto"), ("bert-base", "fa2"),
-                                             ("qwen3-0.6b", "fa3"), ("minilm", "triton"), ("bert-base", "triton")])
+                                             ("qwen3-0.6b", "fa3"), ("minilm", "triton"), ("bert-base", "triton"),
+                                             ("qwen3-0.6b", "triton")])
 def test_double_buffered_equals_one_at_a_time(tmp_path, model, attention):
     """1,000 randomly sized batches with two in flight give what they give one at a time."""
     engine = engine_for(tmp_path, model, attention)

@@ -132,3 +132,58 @@ def test_random_layouts_of_one_graph_key_match_exact_attention():
         got = varlen_attention(q, k, v, batch.cu_seqlens.to(DEVICE), 512, True, spec.scale)
         want = _exact(spec, q, k, v, batch.cu_seqlens)
         torch.testing.assert_close(got.float().cpu(), want.cpu(), atol=TOL, rtol=TOL)
+
+
+ROTARY_SHAPES = [AttentionSpec(4, 2, 64, True), AttentionSpec(2, 2, 128, False), AttentionSpec(2, 1, 32, True)]
+
+
+@pytest.mark.parametrize("spec", ROTARY_SHAPES, ids=str)
+@pytest.mark.parametrize("lengths", [[1], [37], [128], [5, 70, 1, 33]])
+def test_the_folded_qk_norm_and_rope_equal_the_separate_kernel(spec, lengths):
+    """Qwen3's q/k RMSNorm and RoPE applied as the kernel loads q and k (each row at its place in its sequence) give
+    what ops.qk_norm_rope then the kernel give, and exact attention of the reference's normed, rotated q and k; the
+    projection's q and k are left as they were."""
+    from embedpipe.kernels.attention import QKNormRope
+    from embedpipe.kernels.cuda.triton_ops import TritonOps
+    from embedpipe.kernels.models.layers import RotaryEmbedding
+    from embedpipe.kernels.ops import TorchOps
+
+    heads, kv_heads, dim = spec.num_heads, spec.num_kv_heads, spec.head_dim
+    batch = pack([[1] * n for n in lengths], BucketPolicy())
+    num_tokens, cu = batch.key[0], batch.cu_seqlens.to(DEVICE)
+    g = torch.Generator().manual_seed(len(lengths) * 1000 + dim)
+    qkv = (3 * torch.randn(num_tokens, (heads + 2 * kv_heads) * dim, generator=g)).to(DEVICE, DTYPE)
+    qw, kw = ((1 + torch.rand(dim, generator=g)).to(DEVICE, DTYPE) for _ in range(2))
+    rotary = RotaryEmbedding(dim, 256, 10_000.0).to(DEVICE)
+    fold = QKNormRope(qw, kw, 1e-6, rotary.cos, rotary.sin)
+    positions, _ = TorchOps.token_layout(cu, num_tokens)
+    max_q = max(64, 1 << (max(lengths + [num_tokens - sum(lengths)]) - 1).bit_length())
+
+    def separate(ops):
+        q, k, v = ops.qk_norm_rope(qkv.clone(), qw, kw, positions, rotary.cos, rotary.sin, heads, kv_heads, dim, 1e-6)
+        return q, k, v
+
+    q, k, v = qkv.clone().split([heads * dim, kv_heads * dim, kv_heads * dim], -1)
+    q, k, v = (t.view(num_tokens, -1, dim) for t in (q, k, v))
+    before = qkv.clone()
+    got = varlen_attention(q, k, v, cu, max_q, spec.causal, spec.scale, qk_norm_rope=fold)
+    assert torch.equal(torch.cat([q.flatten(1), k.flatten(1), v.flatten(1)], 1), before)
+    unfolded = varlen_attention(*separate(TritonOps), cu, max_q, spec.causal, spec.scale)
+    tight = 1e-5 if DTYPE == torch.float32 else 1e-2  # the same normed, rotated q and k; its dots in two halves
+    torch.testing.assert_close(got, unfolded, atol=tight, rtol=tight)
+    want = _exact(spec, *(t.float() for t in separate(TorchOps)), batch.cu_seqlens)
+    torch.testing.assert_close(got.float().cpu(), want.cpu(), atol=TOL, rtol=TOL)
+
+
+def test_the_backend_folds_the_qk_norm_and_rope_up_to_its_bound():
+    """Up to FOLD_MAX_Q rows a sequence the planned batch takes the fold; past it the model runs ops.qk_norm_rope
+    first (each key block would be normed again by too many query blocks)."""
+    from embedpipe.kernels.cuda.attention import FOLD_MAX_Q
+
+    attn = TritonVarlenAttention(AttentionSpec(4, 2, 64, True), 4096)
+    folds = {}
+    for length in (16, FOLD_MAX_Q, FOLD_MAX_Q + 1, 1000):
+        batch = pack([[1] * length], BucketPolicy())
+        attn.plan(batch.cu_seqlens, batch.num_seqs, attn.graph_key(batch), batch.cu_seqlens.to(DEVICE))
+        folds[length] = attn.folds_qk_norm_rope
+    assert folds == {16: True, FOLD_MAX_Q: True, FOLD_MAX_Q + 1: False, 1000: False}
