@@ -2,6 +2,7 @@
 projection's GEMM under cuBLAS, cuBLASLt and a skinny Triton GEMM (skinny_gemm.py).
 
     python benchmarks/batch1_profile.py --out DIR [--models minilm-l6,bert-base,qwen3-0.6b] [--attention auto]
+        [--no-gemm]
 
 Writes DIR/batch1-profile.json and prints a table per model as it goes.
 """
@@ -175,6 +176,7 @@ def main():
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--models", default="minilm-l6,bert-base,qwen3-0.6b")
     parser.add_argument("--attention", default="auto")
+    parser.add_argument("--no-gemm", action="store_true", help="skip the per-projection GEMM table")
     parser.add_argument("--cache", type=Path, default=Path("/tmp/embedpipe-bench-models"))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -192,7 +194,8 @@ def main():
             entry[shape] = host_times(engine, batch) | {"eager_profile": device_profile(eager, batch)}
             print(name, shape, json.dumps({k: v for k, v in entry[shape].items() if k != "eager_profile"}),
                   json.dumps(entry[shape]["eager_profile"]["ms_by_class"]), flush=True)
-        entry["gemm"] = gemm_table(linear_shapes(engine), (64, 128))
+        if not args.no_gemm:
+            entry["gemm"] = gemm_table(linear_shapes(engine), (64, 128))
         del engine, eager
         torch.cuda.empty_cache()
         (args.out / "batch1-profile.json").write_text(json.dumps(results, indent=2))

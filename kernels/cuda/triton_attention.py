@@ -144,12 +144,14 @@ class LaunchConfig:
     num_stages: int
 
 
-def launch_config(max_q: int) -> LaunchConfig:
+def launch_config(max_q: int, folded: bool = False) -> LaunchConfig:
     """Read off benchmarks/attention_configs.py on the H200 (2026-12-04; MiniLM, BERT-base and Qwen3-0.6B shapes,
     batches 1x16 to 64x512 and 1x4096): query blocks of 64 rows were fastest or within ~10% of it everywhere but a
     16-token query (max_q 64: blocks of 16, Qwen3 3.3 vs 4.0 us), and 3 stages from max_q 256 (Qwen3 1x4096
-    192 vs 221 us) but not at 128 (5.0 vs 5.8 us). head_dim did not change the choice."""
-    if max_q <= 64:
+    192 vs 221 us) but not at 128 (5.0 vs 5.8 us). head_dim did not change the choice. folded (the q/k norm and
+    RoPE applied as q and k load): blocks of 16 rows at max_q 128 too (Qwen3-0.6B 1 x 128 replayed in 1.146 vs
+    1.156 ms; BERT-base, not folded, 0.341 vs 0.332: H100, results/2026-12-06-h200-qwen-chain call 2)."""
+    if max_q <= (128 if folded else 64):
         return LaunchConfig(16, 64, 4, 2)
     return LaunchConfig(64, 64, 4, 2 if max_q <= 128 else 3)
 
@@ -164,7 +166,7 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     its place in its sequence), as ops.qk_norm_rope would have before; q and k are left as they are."""
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     num_heads, head_dim = q.shape[1:]
-    config = config or launch_config(max_q)
+    config = config or launch_config(max_q, folded=qk_norm_rope is not None)
     out = torch.empty_like(q) if out is None else out
     grid = (triton.cdiv(max_q, config.block_m), cu_seqlens.shape[0] - 1, num_heads)
     rope = qk_norm_rope

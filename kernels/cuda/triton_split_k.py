@@ -6,7 +6,7 @@ RMSNorm(x + residual) (kernels/cuda/triton_ops.py). At a batch of one these are 
 768] for BERT-base's FFN output) whose output tiles leave most SMs idle: cuBLAS splits some of them along K and adds
 the pieces in a reduce kernel of its own (2.4 us of each BERT-base layer's ~30 at 1 x 128 tokens, H200, 2026-12-04),
 others it does not split. Here such a projection is split so that its programs fill the SMs (where that measured
-faster: TOKEN_RANGE, MAX_N), the pieces are the planes of a float32 [splits, T, N] tensor, and the norm kernel that
+faster: TOKEN_RANGE), the pieces are the planes of a float32 [splits, T, N] tensor, and the norm kernel that
 follows sums them in a fixed order as it loads each row, then adds the bias and rounds to the activation dtype where
 the matmul would have: one kernel less per projection, and the same arithmetic as cuBLAS's output (float32 sums,
 bias, one rounding) up to the order of the sums.
@@ -37,12 +37,13 @@ class SplitConfig:
 MAX_SPLITS = 8
 
 # The token counts (least, most) at which TritonOps runs its add-and-norm projections through this kernel instead of
-# cuBLAS, None: never; and the most output features (None: any). Measured on an H100 (results/2026-12-06-h200-batch1-
-# fusion, call 2, engine at 1 x 128 tokens, 3 rounds): BERT-base 0.450 -> 0.436 ms, MiniLM-L6 0.181 -> 0.172 (their
-# projections: 384 and 768 outputs), Qwen3-0.6B 1.232 -> 1.245 (1,024 outputs: slower, so cuBLAS keeps them); the
-# kernel alone lost to cuBLAS + norm above 256 tokens (BERT-base o: 8.9 against 7.3 us at 512).
+# cuBLAS, None: never. On an H100 (engine, 3 rounds of fresh processes): without PDL it won for BERT-base and
+# MiniLM-L6 (1 x 128: 0.450 -> 0.436 ms, 0.181 -> 0.172) and lost for Qwen3-0.6B's 1,024-output projections (1.232 ->
+# 1.245; results/2026-12-06-h200-batch1-fusion); launched with PDL, its weight tiles asked of L2 while the kernel
+# before runs, it wins for Qwen3 too (the graph replayed: 1 x 16 0.984 -> 0.867 ms, 1 x 128 1.156 -> 1.124;
+# results/2026-12-06-h200-qwen-chain, call 2). The kernel alone lost to cuBLAS + norm above 256 tokens (BERT-base o:
+# 8.9 against 7.3 us at 512).
 TOKEN_RANGE: tuple[int, int] | None = (1, 256)
-MAX_N: int | None = 768
 
 
 def split_config(num_tokens: int, n: int, k: int, num_sms: int) -> SplitConfig:
@@ -87,10 +88,8 @@ def fits(x: torch.Tensor, weight: torch.Tensor) -> bool:
 
 
 def takes(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Whether TritonOps runs a projection's matmul here: it fits, with a token count in TOKEN_RANGE and at most MAX_N
-    output features."""
-    return (TOKEN_RANGE is not None and TOKEN_RANGE[0] <= x.shape[0] <= TOKEN_RANGE[1]
-            and (MAX_N is None or weight.shape[0] <= MAX_N) and fits(x, weight))
+    """Whether TritonOps runs a projection's matmul here: it fits, with a token count in TOKEN_RANGE."""
+    return TOKEN_RANGE is not None and TOKEN_RANGE[0] <= x.shape[0] <= TOKEN_RANGE[1] and fits(x, weight)
 
 
 def partials(x: torch.Tensor, weight: torch.Tensor, config: SplitConfig | None = None) -> torch.Tensor:

@@ -109,6 +109,24 @@ def test_each_backend_eager_and_replayed_matches_transformers_fp32(tmp_path, mod
     assert engine.counters.as_dict() == {"eager_runs": 1, "graph_captures": 1, "graph_replays": 2}
 
 
+@pytest.mark.parametrize("model,bidirectional", [("bert-base", False), ("qwen3-0.6b", False),
+                                                 ("pplx-embed-0.6b", True)])
+def test_small_batches_eager_and_replayed_match_transformers_fp32(tmp_path, model, bidirectional):
+    """The paths only batches of up to 256 tokens take, with the Triton attention: programmatic dependent launch,
+    the split-K projections, and (sequences up to 128 tokens) Qwen3's q/k norm and RoPE folded into the attention
+    kernel; one query, one 128-token text and a few short texts, each eager, captured, then replayed."""
+    reference = write_random_model(model, tmp_path).cuda()
+    engine = engine_for(tmp_path, model, "triton")
+    rng = np.random.default_rng(6)
+    for lengths in ([16], [128], [40, 7, 100], [200]):
+        sequences = [rng.integers(1000, 30000, size=n).tolist() for n in lengths]
+        want = reference_embeddings(reference, sequences, engine.output.pooling, engine.output.normalize,
+                                    bidirectional)
+        for _ in range(3):
+            assert cosine(engine.step(pack(sequences, POLICY)).result(), want).min() >= 0.999
+    assert engine.counters.as_dict() == {"eager_runs": 4, "graph_captures": 4, "graph_replays": 4}
+
+
 @pytest.mark.parametrize("model,attention", [("minilm", "auto"), ("bert-base", "auto"), ("bert-base", "fa2"),
                                              ("qwen3-0.6b", "fa3"), ("minilm", "triton"), ("bert-base", "triton"),
                                              ("qwen3-0.6b", "triton")])

@@ -76,6 +76,9 @@ def test_the_launch_configurations_read_off_the_h200():
     assert launch_config(16) == launch_config(64) == LaunchConfig(16, 64, 4, 2)
     assert launch_config(128) == LaunchConfig(64, 64, 4, 2)
     assert launch_config(256) == launch_config(4096) == LaunchConfig(64, 64, 4, 3)
+    # with Qwen3's q/k norm and RoPE folded in: blocks of 16 rows up to a 128-row bound (H100, 2026-12-06)
+    assert launch_config(128, folded=True) == LaunchConfig(16, 64, 4, 2)
+    assert launch_config(256, folded=True) == LaunchConfig(64, 64, 4, 3)
 
 
 CONFIGS = [LaunchConfig(16, 32, 4, 1), LaunchConfig(16, 64, 4, 2), LaunchConfig(32, 16, 4, 2),
@@ -152,7 +155,9 @@ def test_the_folded_qk_norm_and_rope_equal_the_separate_kernel(spec, lengths):
     batch = pack([[1] * n for n in lengths], BucketPolicy())
     num_tokens, cu = batch.key[0], batch.cu_seqlens.to(DEVICE)
     g = torch.Generator().manual_seed(len(lengths) * 1000 + dim)
-    qkv = (3 * torch.randn(num_tokens, (heads + 2 * kv_heads) * dim, generator=g)).to(DEVICE, DTYPE)
+    qkv = torch.randn(num_tokens, (heads + 2 * kv_heads) * dim, generator=g)
+    qkv[:, :(heads + kv_heads) * dim] *= 3  # q and k far from unit RMS: the norm matters; v as the other tests'
+    qkv = qkv.to(DEVICE, DTYPE)
     qw, kw = ((1 + torch.rand(dim, generator=g)).to(DEVICE, DTYPE) for _ in range(2))
     rotary = RotaryEmbedding(dim, 256, 10_000.0).to(DEVICE)
     fold = QKNormRope(qw, kw, 1e-6, rotary.cos, rotary.sin)
