@@ -144,8 +144,8 @@ ROTARY_SHAPES = [AttentionSpec(4, 2, 64, True), AttentionSpec(2, 2, 128, False),
 @pytest.mark.parametrize("lengths", [[1], [37], [128], [5, 70, 1, 33]])
 def test_the_folded_qk_norm_and_rope_equal_the_separate_kernel(spec, lengths):
     """Qwen3's q/k RMSNorm and RoPE applied as the kernel loads q and k (each row at its place in its sequence) give
-    what ops.qk_norm_rope then the kernel give, and exact float32 attention of the normed, rotated q and k computed in
-    float32; the projection's q and k are left as they were."""
+    what ops.qk_norm_rope then the kernel give, and exact attention of the normed, rotated q and k computed in float32
+    from the same inputs; the projection's q and k are left as they were."""
     from embedpipe.kernels.attention import QKNormRope
     from embedpipe.kernels.cuda.triton_ops import TritonOps
     from embedpipe.kernels.models.layers import RotaryEmbedding
