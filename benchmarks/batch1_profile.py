@@ -74,6 +74,8 @@ def host_times(engine: Engine, batch, iters: int = 300) -> dict:
     pieces["plan"] = _p50(lambda: engine.attn.plan(cu, batch.num_seqs, key, dev_cu))
     graph = engine.runner.captured_graph(batch)
     pieces["graph_replay_launch"] = _p50(graph.replay)
+    # a replay alone, from the host's call to its return from synchronize(): the least a step can take
+    pieces["lone_replay"] = _p50(lambda: (graph.replay(), torch.cuda.synchronize()))
     torch.cuda.synchronize()
     return {"step_returns_ms": percentiles(launch), "step_and_result_ms": percentiles(total),
             "host_piece_p50_ms": pieces, "device_replay_ms": cuda_ms(graph.replay, 200),
@@ -90,18 +92,20 @@ def phase_times(engine: Engine, batch, iters: int = 300) -> dict[str, float]:
     from embedpipe.kernels.cuda.runner import stage_inputs
     runner, samples = engine.runner, defaultdict(list)
     num_tokens, num_slots = batch.key
+    rows = num_tokens + num_slots + 1
     for _ in range(iters):
         t = [time.perf_counter()]
-        slot, host = runner.staging.take(num_tokens + num_slots + 1)
+        slot, host = runner.staging.take(rows)
         t.append(time.perf_counter())
-        stage_inputs(batch, host)
+        stage_inputs(batch, runner.staging.array(slot, rows))
+        host_cu = runner.staging.view(slot, num_tokens, rows)
         t.append(time.perf_counter())
         key = runner.attn.graph_key(batch)
         t.append(time.perf_counter())
-        graph, inputs_buf, out_buf = runner.graphs.entries[key]
+        graph, inputs_buf, out_buf, device_cu = runner.graphs.entries[key]
         inputs_buf.copy_(host, non_blocking=True)
         t.append(time.perf_counter())
-        runner.attn.plan(host[num_tokens:], batch.num_seqs, key, inputs_buf[num_tokens:])
+        runner.attn.plan(host_cu, batch.num_seqs, key, device_cu)
         t.append(time.perf_counter())
         graph.replay()
         t.append(time.perf_counter())
@@ -181,25 +185,37 @@ def main():
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     results = {"environment": environment(), "models": {}}
+    folders = {}
+    # Two passes: every host time before the first profile. Once torch.profiler has run in a process its CUDA
+    # callbacks stay, and every API call after pays them: a BERT-base graph's launch took 26-47 us against 3 us
+    # before (H200, results/2026-12-06-h200-launch, call 7 against call 5).
     for name in args.models.split(","):
         with torch.device("cuda"):  # random weights initialised on the device: seconds, not minutes
-            folder = model_folder(name, args.cache)
+            folders[name] = model_folder(name, args.cache)
         entry = results["models"][name] = {}
-        engine = Engine(EngineConfig(model=str(folder), device="cuda", attention=args.attention))
-        eager = Engine(EngineConfig(model=str(folder), device="cuda", attention=args.attention,
-                                    graphs=GraphConfig(enabled=False)))
+        engine = Engine(EngineConfig(model=str(folders[name]), device="cuda", attention=args.attention))
         entry["attention"] = engine.attention
         for shape, length in SHAPES.items():
-            batch = pack(random_sequences(np.random.default_rng(0), 1, length), BucketPolicy())
-            entry[shape] = host_times(engine, batch) | {"eager_profile": device_profile(eager, batch)}
-            print(name, shape, json.dumps({k: v for k, v in entry[shape].items() if k != "eager_profile"}),
-                  json.dumps(entry[shape]["eager_profile"]["ms_by_class"]), flush=True)
+            entry[shape] = host_times(engine, _batch(length))
+            print(name, shape, json.dumps(entry[shape]), flush=True)
+        del engine
+        torch.cuda.empty_cache()
+    for name, folder in folders.items():
+        entry = results["models"][name]
+        eager = Engine(EngineConfig(model=str(folder), device="cuda", attention=args.attention,
+                                    graphs=GraphConfig(enabled=False)))
+        for shape, length in SHAPES.items():
+            entry[shape]["eager_profile"] = device_profile(eager, _batch(length))
+            print(name, shape, json.dumps(entry[shape]["eager_profile"]["ms_by_class"]), flush=True)
         if not args.no_gemm:
-            entry["gemm"] = gemm_table(linear_shapes(engine), (64, 128))
-        del engine, eager
+            entry["gemm"] = gemm_table(linear_shapes(eager), (64, 128))
+        del eager
         torch.cuda.empty_cache()
         (args.out / "batch1-profile.json").write_text(json.dumps(results, indent=2))
 
+
+def _batch(length: int):
+    return pack(random_sequences(np.random.default_rng(0), 1, length), BucketPolicy())
 
 if __name__ == "__main__":
     main()

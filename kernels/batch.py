@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Sequence
 
 import numpy as np
@@ -74,9 +75,34 @@ class Batch:
     span_bounds: torch.Tensor | None = None
     token_type_ids: torch.Tensor | None = None
 
-    @property
+    @classmethod
+    def of_arrays(cls, ids: np.ndarray, cu: np.ndarray, num_seqs: int, num_tokens: int, tags: list,
+                  span_bounds: torch.Tensor | None = None, token_type_ids: torch.Tensor | None = None,
+                  longest: int | None = None) -> "Batch":
+        """A batch over the packer's numpy arrays (ids int64, cu int32), its properties below known at once."""
+        batch = cls(torch.from_numpy(ids), torch.from_numpy(cu), num_seqs, num_tokens, tags, span_bounds,
+                    token_type_ids)
+        batch.__dict__.update(arrays=(ids, cu), key=(len(ids), len(cu) - 1))  # the cached properties' values
+        if longest is not None:
+            batch.__dict__["longest"] = longest
+        return batch
+
+    # The properties a CUDA step reads, computed once a batch (or given by of_arrays): a batch-1 step's host part is
+    # ~20 us, and each tensor.numpy() or shape read costs ~1-2 us of it (H200 host, 2026-12-06). A batch is not
+    # changed once packed.
+    @cached_property
     def key(self) -> tuple[int, int]:
         return int(self.input_ids.shape[0]), int(self.cu_seqlens.shape[0] - 1)
+
+    @cached_property
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """(input_ids, cu_seqlens) as numpy arrays over the tensors' memory."""
+        return self.input_ids.numpy(), self.cu_seqlens.numpy()
+
+    @cached_property
+    def longest(self) -> int:
+        """The longest sequence, the padding sequence included."""
+        return longest_sequence(self.arrays[1])
 
     @property
     def num_padding_tokens(self) -> int:
@@ -101,6 +127,15 @@ class Batch:
         for owner, (start, end) in zip(owners.tolist(), (bounds - cu[owners, None]).tolist()):
             relative[owner].append((start, end))
         return relative
+
+
+def longest_sequence(cu_seqlens: np.ndarray) -> int:
+    """The longest sequence of offsets [num_seqs + 1]: a few sequences in a Python loop (numpy's calls cost more
+    than the work), many in numpy."""
+    if len(cu_seqlens) <= 64:
+        bounds = cu_seqlens.tolist()
+        return max(end - start for start, end in zip(bounds, bounds[1:]))
+    return int((cu_seqlens[1:] - cu_seqlens[:-1]).max())
 
 
 def pack(sequences: Sequence[Sequence[int]], policy: BucketPolicy | None = None, pad_token_id: int = 0,
@@ -130,8 +165,8 @@ def pack(sequences: Sequence[Sequence[int]], policy: BucketPolicy | None = None,
     cu[1:num_seqs + 1] = np.cumsum(lengths)
     span_bounds = None if spans is None else _absolute_spans(spans, lengths, cu[:num_seqs])
     types = None if token_types is None else _packed_types(token_types, lengths, padded_tokens)
-    return Batch(torch.from_numpy(ids), torch.from_numpy(cu), num_seqs, num_tokens, [] if tags is None else tags,
-                 span_bounds, types)
+    longest = max(int(lengths.max()), padded_tokens - num_tokens)  # the padding sequence's too
+    return Batch.of_arrays(ids, cu, num_seqs, num_tokens, [] if tags is None else tags, span_bounds, types, longest)
 
 
 def _packed_types(token_types: Sequence[Sequence[int]], lengths: np.ndarray, padded_tokens: int) -> torch.Tensor:

@@ -14,6 +14,7 @@ import torch
 from embedpipe.kernels.attention import AttentionBackend, AttentionSpec, TorchRaggedAttention
 from embedpipe.kernels.attention_choice import (SAFE_DEFAULT, AttentionChoice, default_choice, load_choice,
                                                 shape_key, single_choice)
+from embedpipe.kernels.batch import longest_sequence
 
 FLASHINFER_HEAD_DIMS = (64, 128, 256)  # head_dim 32 fails in FlashInfer's prefill kernels
 MIN_WORKSPACE_BYTES = 128 << 20
@@ -116,17 +117,16 @@ class TorchVarlenAttention(AttentionBackend):
     def graph_key(self, batch) -> tuple[int, int, int]:
         """(padded tokens, padded sequences, max_q): max_q a power of two >= the longest sequence, at
         least min_max_q, at most the model's positions and the batch's tokens."""
-        longest = self._checked_longest(batch.cu_seqlens)
+        longest = self._checked(batch.longest)
         max_q = min(max(self.min_max_q, 1 << (longest - 1).bit_length()), self.max_seqlen, batch.key[0])
         return (*batch.key, max_q)
 
     def plan(self, cu_seqlens: torch.Tensor, num_seqs: int, graph_key=None, device_cu_seqlens=None) -> None:
         # a graph keeps the max_q of its key (graph_key checked the lengths); an eager batch, its longest sequence
-        self._max_q = graph_key[2] if graph_key is not None else self._checked_longest(cu_seqlens)
+        self._max_q = graph_key[2] if graph_key is not None else self._checked(longest_sequence(cu_seqlens.numpy()))
         self._cu_seqlens = device_cu_seqlens
 
-    def _checked_longest(self, cu_seqlens: torch.Tensor) -> int:
-        longest = _longest(cu_seqlens)
+    def _checked(self, longest: int) -> int:
         if longest > self.max_seqlen:
             raise ValueError(f"a sequence of {longest} tokens is longer than the model's {self.max_seqlen} positions")
         return longest
@@ -165,13 +165,6 @@ class TritonVarlenAttention(TorchVarlenAttention):
     def forward(self, q, k, v, qk_norm_rope=None):
         return self._kernel(q, k, v, self._cu_seqlens, self._max_q, self.spec.causal, self.spec.scale,
                             qk_norm_rope=qk_norm_rope)
-
-
-def _longest(cu_seqlens: torch.Tensor) -> int:
-    """The longest sequence of a batch, the padding sequence included (cu_seqlens on the host: numpy
-    does this in a third of the time torch's small-tensor ops take)."""
-    cu = cu_seqlens.numpy()
-    return int((cu[1:] - cu[:-1]).max())
 
 
 class SelectedAttention(AttentionBackend):

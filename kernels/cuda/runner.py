@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+import numpy as np
 import torch
 
 from embedpipe.kernels.attention import AttentionBackend
@@ -23,12 +24,16 @@ from embedpipe.kernels.batch import Batch
 from embedpipe.kernels.graph_cache import GraphCache, GraphConfig
 from embedpipe.kernels.lazy_tensor import LazyTensor
 
+MAX_VIEWS = 256  # views PinnedSlots keeps a slot (a graph key's batches ask for the same few)
+
+
 class PinnedSlots:
     """Round-robin pinned host buffers of [rows, *row_shape], each with its own CUDA event: num_slots of
     them, one per batch in flight plus the one being prepared (CudaRunner).
 
     `take()` returns a slot the device no longer uses: it waits on the slot's event, and first
-    resolves the LazyTensor that still reads the slot, if any.
+    resolves the LazyTensor that still reads the slot, if any. Its views of a slot's buffer (`view`, `array`) are
+    made once per range: a torch slice or .numpy() costs ~1-3 us, a batch-1 step's host part ~20 us.
     """
 
     def __init__(self, dtype: torch.dtype, row_shape: tuple[int, ...] = (), *, num_slots: int,
@@ -37,6 +42,7 @@ class PinnedSlots:
         self.buffers = [torch.empty((0, *row_shape), dtype=dtype)] * num_slots
         self.events = [make_event() for _ in range(num_slots)]
         self.readers: list[LazyTensor | None] = [None] * num_slots
+        self._views: list[dict] = [{} for _ in range(num_slots)]  # per slot: (start, stop[, "numpy"]) -> view
         self.next = 0
 
     def take(self, rows: int) -> tuple[int, torch.Tensor]:
@@ -49,18 +55,37 @@ class PinnedSlots:
             capacity = max(rows, 2 * self.buffers[slot].shape[0])
             buffer = torch.empty((capacity, *self.row_shape), dtype=self.dtype)
             self.buffers[slot] = buffer.pin_memory() if self.pin else buffer
-        return slot, self.buffers[slot][:rows]
+            self._views[slot].clear()
+        return slot, self.view(slot, 0, rows)
+
+    def view(self, slot: int, start: int, stop: int) -> torch.Tensor:
+        """Rows [start, stop) of the slot's buffer (within what the last take asked for)."""
+        views = self._views[slot]
+        view = views.get((start, stop))
+        if view is None:
+            if len(views) >= MAX_VIEWS:  # late-chunked batches' sizes vary without bound
+                views.clear()
+            view = views[start, stop] = self.buffers[slot][start:stop]
+        return view
+
+    def array(self, slot: int, rows: int) -> np.ndarray:
+        """The first rows of the slot's buffer as a numpy array (the buffer's memory)."""
+        views = self._views[slot]
+        array = views.get((0, rows, "numpy"))
+        if array is None:
+            array = views[0, rows, "numpy"] = self.view(slot, 0, rows).numpy()
+        return array
 
 
-def stage_inputs(batch: Batch, out: torch.Tensor, token_types: bool = False) -> None:
+def stage_inputs(batch: Batch, out: np.ndarray, token_types: bool = False) -> None:
     """Writes [input_ids | cu_seqlens] (int32) into `out` (positions and slots are computed on the device), and with
     token_types [input_ids | cu_seqlens | token_type_ids] (a batch without types: zeros)."""
     num_tokens, end_cu = cu_span(batch)
-    view = out.numpy()
-    view[:num_tokens] = batch.input_ids.numpy()
-    view[num_tokens:end_cu] = batch.cu_seqlens.numpy()
+    ids, cu = batch.arrays
+    out[:num_tokens] = ids
+    out[num_tokens:end_cu] = cu
     if token_types:
-        view[end_cu:] = 0 if batch.token_type_ids is None else batch.token_type_ids.numpy()
+        out[end_cu:] = 0 if batch.token_type_ids is None else batch.token_type_ids.numpy()
 
 
 def cu_span(batch: Batch) -> tuple[int, int]:
@@ -112,16 +137,19 @@ class CudaRunner:
         if batch.span_bounds is not None:
             return self._step_spans(batch)
         num_tokens, end_cu = cu_span(batch)
-        slot, host = self.staging.take(staged_size(batch, self.token_types))
-        stage_inputs(batch, host, self.token_types)
+        rows = staged_size(batch, self.token_types)
+        slot, host = self.staging.take(rows)
+        stage_inputs(batch, self.staging.array(slot, rows), self.token_types)
+        host_cu = self.staging.view(slot, num_tokens, end_cu)
 
         def eager():
             inputs = host.to(self.device, non_blocking=True)
-            self.attn.plan(host[num_tokens:end_cu], batch.num_seqs, None, inputs[num_tokens:end_cu])
+            self.attn.plan(host_cu, batch.num_seqs, None, inputs[num_tokens:end_cu])
             return self._forward(inputs, batch)
 
         key = self.attn.graph_key(batch)
-        out = self.graphs.run(key, eager, lambda: self._capture(batch, host, key), lambda e: self._replay(batch, host, key, e))
+        out = self.graphs.run(key, eager, lambda: self._capture(batch, host, host_cu, key),
+                              lambda entry: self._replay(batch, host, host_cu, key, entry))
         self.staging.events[slot].record(self.stream)
         return self._download(out, batch.num_seqs)
 
@@ -132,7 +160,7 @@ class CudaRunner:
         [input_ids | cu_seqlens | span_bounds]; attention is planned for the documents, as for any batch."""
         num_tokens, end_cu = cu_span(batch)
         slot, host = self.staging.take(end_cu + 2 * batch.num_spans)
-        stage_inputs(batch, host[:end_cu])
+        stage_inputs(batch, self.staging.array(slot, end_cu))
         host[end_cu:].view(-1, 2).copy_(batch.span_bounds)
         inputs = host.to(self.device, non_blocking=True)
         self.attn.plan(host[num_tokens:end_cu], batch.num_seqs, None, inputs[num_tokens:end_cu])
@@ -147,22 +175,23 @@ class CudaRunner:
         types = inputs[end_cu:] if self.token_types else None
         return self.forward(inputs[:num_tokens], inputs[num_tokens:end_cu], types)
 
-    def _capture(self, batch: Batch, host: torch.Tensor, key: tuple):
-        """Captures the forward pass for this batch's key; returns (graph, static inputs, static output)."""
+    def _capture(self, batch: Batch, host: torch.Tensor, host_cu: torch.Tensor, key: tuple):
+        """Captures the forward pass for this batch's key; returns (graph, static inputs, static output, the static
+        inputs' cu_seqlens)."""
         num_tokens, end_cu = cu_span(batch)
         inputs_buf = torch.empty_like(host, device=self.device)
         inputs_buf.copy_(host, non_blocking=True)
-        self.attn.plan(host[num_tokens:end_cu], batch.num_seqs, key, inputs_buf[num_tokens:end_cu])
+        device_cu = inputs_buf[num_tokens:end_cu]
+        self.attn.plan(host_cu, batch.num_seqs, key, device_cu)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self.pool):
             out_buf = self._forward(inputs_buf, batch)
-        return graph, inputs_buf, out_buf
+        return graph, inputs_buf, out_buf, device_cu
 
-    def _replay(self, batch: Batch, host: torch.Tensor, key: tuple, entry) -> torch.Tensor:
-        graph, inputs_buf, out_buf = entry
-        num_tokens, end_cu = cu_span(batch)
+    def _replay(self, batch: Batch, host: torch.Tensor, host_cu: torch.Tensor, key: tuple, entry) -> torch.Tensor:
+        graph, inputs_buf, out_buf, device_cu = entry
         inputs_buf.copy_(host, non_blocking=True)
-        self.attn.plan(host[num_tokens:end_cu], batch.num_seqs, key, inputs_buf[num_tokens:end_cu])
+        self.attn.plan(host_cu, batch.num_seqs, key, device_cu)
         graph.replay()
         return out_buf
 

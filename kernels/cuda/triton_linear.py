@@ -12,8 +12,9 @@ rounded to the activation dtype (where transformers rounds it), the activation i
 Tiles: each program makes a [BLOCK_M, BLOCK_N] output tile (for silu-mul, the gate's and the up's tiles of the
 same columns) over the whole of K, moved by TMA descriptors, programs grouped GROUP_M row tiles at a time so a band
 of x stays in L2; above 256 tokens the gated form runs persistent (one program per SM). On the H200 the gated form
-beats cuBLAS + SiLU-and-mul and runs in the engine (TOKEN_RANGES); cuBLASLt's GELU epilogue beats the GELU forms, so
-BERT runs that (CUBLASLT_GELU).
+beats cuBLAS + SiLU-and-mul and runs in the engine (TOKEN_RANGES), as the plain form does for small projections at
+a batch of a few hundred tokens (IDENTITY_MAX_WEIGHT); cuBLASLt's GELU epilogue beats the GELU forms, so BERT runs
+that (CUBLASLT_GELU).
 """
 from __future__ import annotations
 
@@ -155,11 +156,21 @@ CUBLASLT_GELU = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast")
 
 
 # The token counts (least, most) at which TritonOps runs this kernel instead of cuBLAS (then the activation kernel),
-# per epilogue: "activation" (GELU, ReLU), "silu_mul", "identity" (the plain linears: QKV, output, down projections);
-# None: never. From benchmarks/linear_act_bench.py --sweep on the H200 (2026-12-05): SiLU-and-mul wins from 64
-# tokens on (Qwen3-0.6B 1,024 -> 2 x 3,072: 7.3 against 8.1 us at 64 tokens, 725 against 767 at 32,768); GELU loses
-# to cuBLASLt's epilogue (above) and the plain projections to cuBLAS (1.05-1.7x slower) at every count measured.
-TOKEN_RANGES: dict[str, tuple[int, int] | None] = {"activation": None, "silu_mul": (64, 1 << 30), "identity": None}
+# per epilogue: "activation" (GELU, ReLU), "silu_mul", "identity" (the plain linears: in the engine, the QKV
+# projections; the add-and-norm ones go to triton_split_k up to 256 tokens); None: never. From
+# benchmarks/linear_act_bench.py --sweep on the H200 (2026-12-05): SiLU-and-mul wins from 64 tokens on (Qwen3-0.6B
+# 1,024 -> 2 x 3,072: 7.3 against 8.1 us at 64 tokens, 725 against 767 at 32,768); GELU loses to cuBLASLt's epilogue
+# (above). The plain projections lost to cuBLAS there kernel by kernel (1.05-1.7x slower, timed apart), but in the
+# engine's graph, launched with PDL behind the norm kernel, the small ones win up to 256 tokens (IDENTITY_MAX_WEIGHT).
+TOKEN_RANGES: dict[str, tuple[int, int] | None] = {"activation": None, "silu_mul": (64, 1 << 30),
+                                                   "identity": (1, 256)}
+
+# The largest weight (N x K elements) a plain projection runs in this kernel with: an H100, replayed whole-model
+# graphs, 3 rounds of fresh processes (results/2026-12-06-h200-qwen-chain, call 4, "qkv"): BERT-base's QKV (2,304 x
+# 768) 1 x 128 0.333 -> 0.327 ms, 1 x 16 0.300 -> 0.289; MiniLM-L6's (1,152 x 384) 1 x 128 0.117 -> 0.110; Qwen3-0.6B's
+# (4,096 x 1,024) lost, 1 x 128 1.103 -> 1.264 ms, 1 x 16 0.874 -> 0.921: a 64 x 32 tile over the whole of K, one
+# wave of programs at most, reads a larger weight slower than cuBLAS. Between 1.8 M and 4.2 M nothing was measured.
+IDENTITY_MAX_WEIGHT = 2 << 20
 
 
 @functools.cache
@@ -190,8 +201,11 @@ def tma_operands_fit(x: torch.Tensor, weight: torch.Tensor) -> bool:
 
 
 def fused_takes(x: torch.Tensor, weight: torch.Tensor, act: str, bias: torch.Tensor | None = None) -> bool:
-    """Whether TritonOps runs a call in this kernel: it fits, with a token count in its epilogue's TOKEN_RANGES."""
+    """Whether TritonOps runs a call in this kernel: it fits, with a token count in its epilogue's TOKEN_RANGES (a
+    plain projection: and a weight of at most IDENTITY_MAX_WEIGHT elements)."""
     tokens = TOKEN_RANGES[act if act in ("identity", "silu_mul") else "activation"]
+    if act == "identity" and weight.numel() > IDENTITY_MAX_WEIGHT:
+        return False
     return tokens is not None and tokens[0] <= x.shape[0] <= tokens[1] and fused_fits(x, weight, act, bias)
 
 

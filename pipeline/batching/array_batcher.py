@@ -144,8 +144,7 @@ class ArrayBatcher:
         cu[1:num_seqs + 1] = self._ends[head:end] - base
         span_bounds = self._span_bounds(head, end, cu[:num_seqs]) if self.spans else None
         self._head = end
-        batch = Batch(torch.from_numpy(ids), torch.from_numpy(cu), num_seqs, num_tokens, self._spans(num_seqs),
-                      span_bounds)
+        batch = Batch.of_arrays(ids, cu, num_seqs, num_tokens, self._spans(num_seqs), span_bounds)
         self.stats = self.stats + BatchStats.of(batch)
         return batch
 

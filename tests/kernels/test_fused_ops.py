@@ -212,6 +212,21 @@ def test_the_kernel_is_taken_within_its_epilogues_token_range(monkeypatch):
         assert triton_linear.fused_takes(x, wg, "silu_mul") == taken
 
 
+def test_a_plain_projection_takes_the_kernel_up_to_its_weight_bound(monkeypatch):
+    """IDENTITY_MAX_WEIGHT bounds the plain form's weight (N x K elements); the activation forms have no bound."""
+    x, w, b = _linear_inputs(64, 96, 128, torch.float16)  # a 128 x 96 weight: 12,288 elements
+    monkeypatch.setitem(triton_linear.TOKEN_RANGES, "identity", (1, 256))
+    monkeypatch.setitem(triton_linear.TOKEN_RANGES, "activation", (1, 256))
+    for bound, taken in ((12_288, True), (12_287, False)):
+        monkeypatch.setattr(triton_linear, "IDENTITY_MAX_WEIGHT", bound)
+        assert triton_linear.fused_takes(x, w, "identity", b) == taken
+        assert triton_linear.fused_takes(x, w, "gelu", b)
+    # the engine's shapes as set: BERT-base's and MiniLM's QKV take it, Qwen3-0.6B's does not
+    monkeypatch.undo()
+    for (n, k), taken in (((2304, 768), True), ((1152, 384), True), ((4096, 1024), False)):
+        assert (n * k <= triton_linear.IDENTITY_MAX_WEIGHT) == taken
+
+
 def test_triton_ops_linear_runs_the_kernel_within_its_range(monkeypatch):
     """ops.linear (the plain projections): the kernel with no activation inside TOKEN_RANGES["identity"], cuBLAS's
     F.linear outside it; the same result either way."""

@@ -80,6 +80,36 @@ def test_varlen_graph_key_bounds_the_longest_sequence_by_a_power_of_two():
     assert key([100] * 40) != key([200] * 20)  # same (tokens, sequences) bucket, another graph
 
 
+@pytest.mark.parametrize("lengths", [[7], [60, 20], [100] * 40, [120] * 17 + [9], [1] * 70, [3, 500, 2]])
+def test_a_packed_batch_knows_its_key_arrays_and_longest_sequence(lengths):
+    """pack hands its arrays and the longest sequence (the padding sequence's too) to the batch; a batch made from
+    the tensors alone computes the same (in Python for a few sequences, numpy for many)."""
+    import numpy as np
+    from embedpipe.kernels.batch import Batch, longest_sequence
+
+    for policy in (BucketPolicy(), None):
+        packed = pack([list(range(1, n + 1)) for n in lengths], policy)
+        bare = Batch(packed.input_ids.clone(), packed.cu_seqlens.clone(), packed.num_seqs, packed.num_tokens)
+        cu = packed.cu_seqlens.numpy()
+        want = int(np.diff(cu).max())
+        assert packed.longest == bare.longest == longest_sequence(cu) == want
+        assert packed.key == bare.key == (packed.input_ids.shape[0], packed.cu_seqlens.shape[0] - 1)
+        for got, tensor in zip(packed.arrays, (packed.input_ids, packed.cu_seqlens)):
+            assert np.shares_memory(got, tensor.numpy()) and got.tolist() == tensor.tolist()
+        assert [a.tolist() for a in bare.arrays] == [a.tolist() for a in packed.arrays]
+
+
+def test_slot_views_are_made_once_and_dropped_when_the_buffer_grows():
+    slots = PinnedSlots(torch.int32, num_slots=1, make_event=FakeEvent, pin=False)
+    slot, host = slots.take(8)
+    assert slots.take(8)[1] is host and slots.view(slot, 2, 5) is slots.view(slot, 2, 5)
+    array = slots.array(slot, 8)
+    array[:] = range(8)  # the buffer's memory
+    assert host.tolist() == list(range(8)) and slots.view(slot, 2, 5).tolist() == [2, 3, 4]
+    _, grown = slots.take(100)  # a new buffer: no view of the old one is handed out
+    assert grown.shape == (100,) and slots.take(8)[1].data_ptr() == grown.data_ptr()
+
+
 class FakeEvent:
     """Stands in for torch.cuda.Event: completes when the test says so."""
 

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Device call 8 (issue 19): the runner's host work per step cut (staging views and numpy arrays made once, a batch's
+# key, arrays and longest sequence from its packer, the graph's cu_seqlens view kept with it) and BERT's / MiniLM's
+# QKV in triton_linear's kernel: the GPU tests of what changed (engine but the real-weight MiniLM ones, rerankers,
+# late chunking), then "main" (scratch/main.tar.gz: `git archive 0c8f394`) against "now", 3 rounds alternating fresh
+# processes. Carry: .whl-lite .gpu-lite scratch.
+cd "$(dirname "$0")/../../../.."
+T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 )) s] $*" | tee -a $OUT/steps.log; }
+left() { echo $(( $1 - ($(date +%s) - T0) )); }
+mkdir -p /tmp/logs
+. benchmarks/gpu_setup.sh > /tmp/logs/setup.log 2>&1; el "setup $(tail -2 /tmp/logs/setup.log | tr '\n' ' ')"
+build() {  # NAME SOURCE-DIR
+  python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/$1 $2 > /tmp/logs/build-$1.log 2>&1; el "build $1 rc=$?"
+}
+mkdir -p /tmp/src-main && tar -xzf scratch/main.tar.gz -C /tmp/src-main && build main /tmp/src-main
+mkdir -p /tmp/src-now && cp -r pyproject.toml README.md cli pipeline kernels configs /tmp/src-now/ && build now /tmp/src-now
+timeout $(left 230) python3 -m pytest -q -rfE -m gpu -k "not minilm" -p no:cacheprovider tests/kernels/test_gpu_engine.py tests/kernels/test_gpu_rerankers.py tests/kernels/test_gpu_late_chunking.py > /tmp/logs/t-engine.log 2>&1
+el "engine, reranker, late-chunking GPU tests rc=$? $(tail -1 /tmp/logs/t-engine.log)"
+grep -E "^(FAILED|ERROR)" /tmp/logs/t-engine.log | head -12 | tee -a $OUT/steps.log
+cd benchmarks
+timeout $(left 440) python3 latency_ab.py --out $OUT/ab --system main=/tmp/main --system now=/tmp/now --models minilm-l6,bert-base,qwen3-0.6b --lengths 16,128 --attention triton --rounds 3 > /tmp/logs/latency.log 2>&1; el "latency ab rc=$?"
+tail -12 /tmp/logs/latency.log >> $OUT/steps.log
+tar -czf $OUT/logs.tar.gz -C /tmp logs
