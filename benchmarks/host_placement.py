@@ -3,7 +3,7 @@
 The same code's batch-1 step moved 0.362-0.424 ms between fresh processes (BERT-base 1 x 128 on the H200, 2026-12-06,
 results/2026-12-06-h200-launch call 6) while its graph replayed back to back stayed within 1 us: the spread is on
 the host. This runs the step in fresh processes, each pinned to one core (taskset's affinity, set before torch
-loads), and unpinned, alternated over rounds, and prints per core the p50 of a step with its result, of a lone
+loads) with one torch thread, and unpinned with torch's threads as they come and with one, alternated over rounds, and prints per core the p50 of a step with its result, of a lone
 replay (launch to synchronize's return) and the host's NUMA layout and the GPU's CPU affinity.
 
     python benchmarks/host_placement.py --out DIR [--model bert-base] [--length 128] [--cpus 0,4,8,12] [--rounds 2]
@@ -22,7 +22,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def probe(model: str, length: int, cache: Path) -> dict:
+def probe(model: str, length: int, cache: Path, one_thread: bool) -> dict:
     import numpy as np
     import torch
 
@@ -36,12 +36,14 @@ def probe(model: str, length: int, cache: Path) -> dict:
         a @ a
     torch.cuda.synchronize()
     engine = Engine(EngineConfig(model=str(model_folder(model, cache)), device="cuda", attention="triton"))
-    engine.claim_host_threads()
+    if one_thread:  # what the job and server processes do (Engine.claim_host_threads)
+        engine.claim_host_threads()
     batch = pack(random_sequences(np.random.default_rng(0), 1, length), BucketPolicy())
     step = statistics.median(time_calls(lambda: engine.step(batch).result(), iters=1000, warmup=30))
     graph = engine.runner.captured_graph(batch)
     lone = statistics.median(time_calls(lambda: (graph.replay(), torch.cuda.synchronize()), iters=300, warmup=10))
-    return {"cpu": os.sched_getaffinity(0) if len(os.sched_getaffinity(0)) < 4 else "any",
+    cpus = os.sched_getaffinity(0)
+    return {"cpus": sorted(cpus) if len(cpus) < 4 else "any", "torch_threads": torch.get_num_threads(),
             "step_ms": step, "lone_replay_ms": lone}
 
 
@@ -64,20 +66,21 @@ def main():
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--cache", type=Path, default=Path("/tmp/embedpipe-bench-models"))
     parser.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--one-thread", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.probe:
-        result = probe(args.model, args.length, args.cache)
-        result["cpu"] = sorted(result["cpu"]) if isinstance(result["cpu"], set) else result["cpu"]
-        print(json.dumps(result))
+        print(json.dumps(probe(args.model, args.length, args.cache, args.one_thread)))
         return
     results = {"layout": host_layout(), "runs": []}
     print(results["layout"]["topo"], flush=True)
-    placements = ["any"] + args.cpus.split(",")
+    # "any": unpinned, torch's threads as they come; "any/1": unpinned, one torch thread; a core: pinned, one thread
+    placements = ["any", "any/1"] + args.cpus.split(",")
     for round_ in range(args.rounds):
         for cpu in placements:
-            prefix = [] if cpu == "any" else ["taskset", "-c", cpu]
+            prefix = [] if cpu.startswith("any") else ["taskset", "-c", cpu]
             command = prefix + [sys.executable, str(HERE / "host_placement.py"), "--probe", "--model", args.model,
                                 "--length", str(args.length), "--cache", str(args.cache)]
+            command += [] if cpu == "any" else ["--one-thread"]
             done = subprocess.run(command, capture_output=True, text=True, cwd=HERE)
             line = done.stdout.strip().splitlines()[-1] if done.returncode == 0 else None
             run = {"placement": cpu, "round": round_} | (json.loads(line) if line else {"error": done.stderr[-800:]})

@@ -2,7 +2,7 @@
 # Device call 5 (issue 19): why a replayed graph's launch costs the host 3 us (BERT-base 1 x 16) or 41-49 us
 # (BERT-base 1 x 128, Qwen3-0.6B): benchmarks/graph_launch.py on main, with PDL or split-K switched off.
 # Carry: .whl-lite .gpu-lite.
-cd "$(dirname "$0")/../../.."
+cd "$(dirname "$0")/../../../.."
 T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 )) s] $*" | tee -a $OUT/steps.log; }
 left() { echo $(( $1 - ($(date +%s) - T0) )); }
 mkdir -p /tmp/logs
