@@ -1,10 +1,11 @@
 """What launching a replayed whole-model graph costs the host, and why (GPU).
 
-A batch-1 step waits for its graph's launch before the device starts: on an H100 `CUDAGraph.replay()` of BERT-base's
-graph returned after 3 us at 1 x 16 tokens but 41 us at 1 x 128, Qwen3-0.6B's after 45-49 us (2026-12-06, call 4 of
-results/2026-12-06-h200-qwen-chain), with the same kernels in both graphs. Per model, length and variant this
-captures the engine's graph again in CUDA's debug mode and counts its nodes by type and its edges by kind (the DOT
-dump), then times on the host, the device idle before each call (p50 us):
+A batch-1 step waits for its graph's launch before the device starts. batch1_profile.py once saw
+`CUDAGraph.replay()` return after 3 us at 1 x 16 tokens but 26-49 us for other graphs of the same kernels: it had
+timed them after a torch.profiler run in the same process, whose callbacks every later CUDA call pays. Timed here,
+no profiler in the process, every graph launched in 3-7 us (H200, results/2026-12-06-h200-launch, call 5). Per
+model, length and variant this captures the engine's graph again in CUDA's debug mode and counts its nodes by type
+and its edges by kind (the DOT dump), then times on the host, the device idle before each call (p50 us):
 - `replay`: torch's CUDAGraph.replay() (it refills the default generator's RNG state first: two small kernels);
 - `launch`: cuGraphLaunch of the same executable, nothing else;
 - `launch_plain`: cuGraphLaunch of the graph instantiated again with no flags (torch asks for auto-free-on-launch);

@@ -3,8 +3,10 @@
 The same code's batch-1 step moved 0.362-0.424 ms between fresh processes (BERT-base 1 x 128 on the H200, 2026-12-06,
 results/2026-12-06-h200-launch call 6) while its graph replayed back to back stayed within 1 us: the spread is on
 the host. This runs the step in fresh processes, each pinned to one core (taskset's affinity, set before torch
-loads) with one torch thread, and unpinned with torch's threads as they come and with one, alternated over rounds, and prints per core the p50 of a step with its result, of a lone
-replay (launch to synchronize's return) and the host's NUMA layout and the GPU's CPU affinity.
+loads) with one torch thread, and unpinned with torch's threads as they come and with one, alternated over rounds;
+it prints per placement the p50 of a step with its result and of a lone replay (launch to synchronize's return),
+and records the host's NUMA layout and the GPU's CPU affinity. On one H100 host (one NUMA node, call 8) every
+placement gave 0.360-0.362 ms.
 
     python benchmarks/host_placement.py --out DIR [--model bert-base] [--length 128] [--cpus 0,4,8,12] [--rounds 2]
 """

@@ -16,14 +16,14 @@ build() {  # NAME SOURCE-DIR
 }
 mkdir -p /tmp/src-main && tar -xzf scratch/main.tar.gz -C /tmp/src-main && build main /tmp/src-main
 mkdir -p /tmp/src-now && cp -r pyproject.toml README.md cli pipeline kernels configs /tmp/src-now/ && build now /tmp/src-now
-timeout $(left 210) python3 -m pytest -q -rfE -m gpu -k "not minilm" -p no:cacheprovider tests/kernels/test_gpu_engine.py tests/kernels/test_gpu_rerankers.py tests/kernels/test_gpu_late_chunking.py > /tmp/logs/t-engine.log 2>&1
+timeout $(left 200) python3 -m pytest -q -rfE -m gpu -k "not minilm" -p no:cacheprovider tests/kernels/test_gpu_engine.py tests/kernels/test_gpu_rerankers.py tests/kernels/test_gpu_late_chunking.py > /tmp/logs/t-engine.log 2>&1
 el "engine, reranker, late-chunking GPU tests rc=$? $(tail -1 /tmp/logs/t-engine.log)"
 grep -E "^(FAILED|ERROR)" /tmp/logs/t-engine.log | head -12 | tee -a $OUT/steps.log
 cd benchmarks
-timeout $(left 370) python3 latency_ab.py --out $OUT/ab --system main=/tmp/main --system now=/tmp/now --models minilm-l6,bert-base,qwen3-0.6b --lengths 16,128 --attention triton --rounds 3 > /tmp/logs/latency.log 2>&1; el "latency ab rc=$?"
+timeout $(left 360) python3 latency_ab.py --out $OUT/ab --system main=/tmp/main --system now=/tmp/now --models minilm-l6,bert-base,qwen3-0.6b --lengths 16,128 --attention triton --rounds 3 > /tmp/logs/latency.log 2>&1; el "latency ab rc=$?"
 tail -12 /tmp/logs/latency.log >> $OUT/steps.log
-timeout $(left 440) python3 host_placement.py --out $OUT/placement --model bert-base --length 128 --cpus 0,8 --rounds 1 > /tmp/logs/placement.log 2>&1
+timeout $(left 410) python3 host_placement.py --out $OUT/placement --model bert-base --length 128 --cpus 0,8 --rounds 1 > /tmp/logs/placement.log 2>&1
 el "placement rc=$?"; tail -4 /tmp/logs/placement.log >> $OUT/steps.log
-PYTHONPATH=/tmp/now:$PYTHONPATH timeout $(left 540) python3 batch1_profile.py --out $OUT/profile --models minilm-l6,bert-base,qwen3-0.6b --attention triton --no-gemm > /tmp/logs/profile.log 2>&1
+PYTHONPATH=/tmp/now:$PYTHONPATH timeout $(left 450) python3 batch1_profile.py --out $OUT/profile --models minilm-l6,bert-base,qwen3-0.6b --attention triton --no-gemm > /tmp/logs/profile.log 2>&1
 el "profile rc=$?"
 tar -czf $OUT/logs.tar.gz -C /tmp logs
