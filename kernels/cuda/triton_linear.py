@@ -161,7 +161,8 @@ CUBLASLT_GELU = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast")
 # benchmarks/linear_act_bench.py --sweep on the H200 (2026-12-05): SiLU-and-mul wins from 64 tokens on (Qwen3-0.6B
 # 1,024 -> 2 x 3,072: 7.3 against 8.1 us at 64 tokens, 725 against 767 at 32,768); GELU loses to cuBLASLt's epilogue
 # (above). The plain projections lost to cuBLAS there kernel by kernel (1.05-1.7x slower, timed apart), but in the
-# engine's graph, launched with PDL behind the norm kernel, the small ones win up to 256 tokens (IDENTITY_MAX_WEIGHT).
+# engine's graph, launched with PDL behind the norm kernel, the small ones won at 16 and 128 tokens
+# (IDENTITY_MAX_WEIGHT); the range ends where PDL's does (pdl.MAX_TOKENS).
 TOKEN_RANGES: dict[str, tuple[int, int] | None] = {"activation": None, "silu_mul": (64, 1 << 30),
                                                    "identity": (1, 256)}
 
