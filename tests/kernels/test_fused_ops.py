@@ -221,10 +221,13 @@ def test_a_plain_projection_takes_the_kernel_up_to_its_weight_bound(monkeypatch)
         monkeypatch.setattr(triton_linear, "IDENTITY_MAX_WEIGHT", bound)
         assert triton_linear.fused_takes(x, w, "identity", b) == taken
         assert triton_linear.fused_takes(x, w, "gelu", b)
-    # the engine's shapes as set: BERT-base's and MiniLM's QKV take it, Qwen3-0.6B's does not
+    # as set: BERT-base's and MiniLM's QKV take it at 16 and 128 tokens, Qwen3-0.6B's does not; nor past 256 tokens
     monkeypatch.undo()
     for (n, k), taken in (((2304, 768), True), ((1152, 384), True), ((4096, 1024), False)):
-        assert (n * k <= triton_linear.IDENTITY_MAX_WEIGHT) == taken
+        w = torch.empty(n, k, dtype=torch.float16)
+        for tokens in (16, 128, 257):
+            x = torch.empty(tokens, k, dtype=torch.float16)
+            assert triton_linear.fused_takes(x, w, "identity") == (taken and tokens <= 256)
 
 
 def test_triton_ops_linear_runs_the_kernel_within_its_range(monkeypatch):
