@@ -11,8 +11,9 @@ and its edges by kind (the DOT dump), then times on the host, the device idle be
 - `launch_plain`: cuGraphLaunch of the graph instantiated again with no flags (torch asks for auto-free-on-launch);
 - `replay_busy`: replay() queued behind 20 others (the device busy);
 and the replayed graph's device time. Variants switch one mechanism off before the engine is built: `no-pdl`
-(pdl.MAX_TOKENS = 0), `no-split-k` (triton_split_k.TOKEN_RANGE = None), `qkv` (the plain projections in
-triton_linear's kernel up to 256 tokens).
+(pdl.MAX_TOKENS = 0), `no-split-k` (triton_split_k.TOKEN_RANGE = None), `cublas-qkv` (the plain projections on
+cuBLAS: triton_linear.TOKEN_RANGES["identity"] = None). Call 5 ran before the small plain projections went to
+Triton; its `qkv` variant set TOKEN_RANGES["identity"] = (1, 256) with no weight bound.
 
     python benchmarks/graph_launch.py --out DIR [--models bert-base,qwen3-0.6b] [--lengths 16,128]
         [--variants base,no-pdl,no-split-k]
@@ -50,8 +51,8 @@ def set_variant(name: str) -> None:
         pdl.MAX_TOKENS = 0
     elif name == "no-split-k":
         triton_split_k.TOKEN_RANGE = None
-    elif name == "qkv":
-        triton_linear.TOKEN_RANGES["identity"] = (1, 256)
+    elif name == "cublas-qkv":
+        triton_linear.TOKEN_RANGES["identity"] = None
     elif name != "base":
         raise SystemExit(f"unknown variant {name!r}")
 
