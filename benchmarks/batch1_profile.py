@@ -217,5 +217,6 @@ def main():
 def _batch(length: int):
     return pack(random_sequences(np.random.default_rng(0), 1, length), BucketPolicy())
 
+
 if __name__ == "__main__":
     main()
