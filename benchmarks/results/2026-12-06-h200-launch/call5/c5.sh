@@ -3,11 +3,8 @@
 # (BERT-base 1 x 128, Qwen3-0.6B): benchmarks/graph_launch.py on main, with PDL or split-K switched off.
 # Carry: .whl-lite .gpu-lite.
 cd "$(dirname "$0")/../../../.."
-T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 )) s] $*" | tee -a $OUT/steps.log; }
-left() { echo $(( $1 - ($(date +%s) - T0) )); }
-mkdir -p /tmp/logs
-. benchmarks/gpu_setup.sh > /tmp/logs/setup.log 2>&1; el "setup $(tail -2 /tmp/logs/setup.log | tr '\n' ' ')"
+. benchmarks/device_call.sh
 cd benchmarks
 timeout $(left 300) python3 graph_launch.py --out $OUT/launch --models bert-base,qwen3-0.6b,minilm-l6 --lengths 16,128 --variants base,no-pdl,no-split-k,qkv > /tmp/logs/launch.log 2>&1; el "graph_launch rc=$?"
 cut -c1-400 /tmp/logs/launch.log | tail -40 >> $OUT/steps.log
-tar -czf $OUT/logs.tar.gz -C /tmp logs
+pack_logs

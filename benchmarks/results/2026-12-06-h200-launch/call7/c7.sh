@@ -3,11 +3,9 @@
 # 1 x 128) and its graph replayed back to back (0.315) go: batch1_profile.py's host phases, with a lone replay timed
 # from the call to synchronize()'s return. Carry: .whl-lite .gpu-lite.
 cd "$(dirname "$0")/../../../.."
-T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 )) s] $*" | tee -a $OUT/steps.log; }
-mkdir -p /tmp/logs
-. benchmarks/gpu_setup.sh > /tmp/logs/setup.log 2>&1; el "setup $(tail -2 /tmp/logs/setup.log | tr '\n' ' ')"
+. benchmarks/device_call.sh
 cd benchmarks
 timeout 200 python3 batch1_profile.py --out $OUT/profile --models minilm-l6,bert-base,qwen3-0.6b --attention triton --no-gemm > /tmp/logs/profile.log 2>&1
 el "profile rc=$?"
 grep -E "^(minilm|bert|qwen)" /tmp/logs/profile.log | cut -c1-900 >> $OUT/steps.log
-tar -czf $OUT/logs.tar.gz -C /tmp logs
+pack_logs

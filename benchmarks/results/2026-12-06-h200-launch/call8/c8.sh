@@ -7,18 +7,10 @@
 # (host_placement.py, BERT-base 1 x 128, one round); the host phases of a step measured before any profile
 # (batch1_profile.py's two passes). Carry: .whl-lite .gpu-lite scratch.
 cd "$(dirname "$0")/../../../.."
-T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 )) s] $*" | tee -a $OUT/steps.log; }
-left() { echo $(( $1 - ($(date +%s) - T0) )); }
-mkdir -p /tmp/logs
-. benchmarks/gpu_setup.sh > /tmp/logs/setup.log 2>&1; el "setup $(tail -2 /tmp/logs/setup.log | tr '\n' ' ')"
-build() {  # NAME SOURCE-DIR
-  python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/$1 $2 > /tmp/logs/build-$1.log 2>&1; el "build $1 rc=$?"
-}
-mkdir -p /tmp/src-main && tar -xzf scratch/main.tar.gz -C /tmp/src-main && build main /tmp/src-main
-mkdir -p /tmp/src-now && cp -r pyproject.toml README.md cli pipeline kernels configs /tmp/src-now/ && build now /tmp/src-now
-timeout $(left 200) python3 -m pytest -q -rfE -m gpu -k "not minilm" -p no:cacheprovider tests/kernels/test_gpu_engine.py tests/kernels/test_gpu_rerankers.py tests/kernels/test_gpu_late_chunking.py > /tmp/logs/t-engine.log 2>&1
-el "engine, reranker, late-chunking GPU tests rc=$? $(tail -1 /tmp/logs/t-engine.log)"
-grep -E "^(FAILED|ERROR)" /tmp/logs/t-engine.log | head -12 | tee -a $OUT/steps.log
+. benchmarks/device_call.sh
+build_archive main scratch/main.tar.gz
+build_worktree now
+pytest_step engine 200 -m gpu -k "not minilm" tests/kernels/test_gpu_engine.py tests/kernels/test_gpu_rerankers.py tests/kernels/test_gpu_late_chunking.py
 cd benchmarks
 timeout $(left 360) python3 latency_ab.py --out $OUT/ab --system main=/tmp/main --system now=/tmp/now --models minilm-l6,bert-base,qwen3-0.6b --lengths 16,128 --attention triton --rounds 3 > /tmp/logs/latency.log 2>&1; el "latency ab rc=$?"
 tail -12 /tmp/logs/latency.log >> $OUT/steps.log
@@ -26,4 +18,4 @@ timeout $(left 410) python3 host_placement.py --out $OUT/placement --model bert-
 el "placement rc=$?"; tail -4 /tmp/logs/placement.log >> $OUT/steps.log
 PYTHONPATH=/tmp/now:$PYTHONPATH timeout $(left 450) python3 batch1_profile.py --out $OUT/profile --models minilm-l6,bert-base,qwen3-0.6b --attention triton --no-gemm > /tmp/logs/profile.log 2>&1
 el "profile rc=$?"
-tar -czf $OUT/logs.tar.gz -C /tmp logs
+pack_logs

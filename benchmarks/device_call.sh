@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# What every device call's script (benchmarks/results/*/callN/cN.sh) does first: source it in the repo root, with
+# $OUT set (the device tool's output folder).
+#   . benchmarks/device_call.sh
+# It sets up the machine (gpu_setup.sh, its output in /tmp/logs/setup.log), starts the call's clock and defines:
+#   el MESSAGE                 "[seconds since the start] MESSAGE", to stdout and $OUT/steps.log
+#   left SECONDS               the seconds from now until SECONDS after the start: a step's timeout
+#   build NAME DIR             the project tree in DIR installed into /tmp/NAME (a system for latency_ab.py --system)
+#   build_archive NAME TAR_GZ  a `git archive` of the project (scratch/*.tar.gz), built as NAME
+#   worktree_copy NAME         this checkout's project files copied to /tmp/src-NAME (to edit before a build)
+#   build_worktree NAME        this checkout's project files, built as NAME
+#   pytest_step NAME SECONDS PYTEST-ARGS...
+#                              pytest until SECONDS after the start: its last line and failures logged (/tmp/logs/t-NAME.log)
+#   pack_logs                  /tmp/logs into $OUT/logs.tar.gz (the call's last step)
+T0=$(date +%s)
+el() { echo "[$(( $(date +%s) - T0 )) s] $*" | tee -a $OUT/steps.log; }
+left() { echo $(( $1 - ($(date +%s) - T0) )); }
+build() {
+  python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/$1 $2 > /tmp/logs/build-$1.log 2>&1
+  el "build $1 rc=$?"
+}
+build_archive() { mkdir -p /tmp/src-$1 && tar -xzf $2 -C /tmp/src-$1 && build $1 /tmp/src-$1; }
+worktree_copy() { mkdir -p /tmp/src-$1 && cp -r pyproject.toml README.md cli pipeline kernels configs /tmp/src-$1/; }
+build_worktree() { worktree_copy $1 && build $1 /tmp/src-$1; }
+pytest_step() {
+  local name=$1 deadline=$2
+  shift 2
+  timeout $(left $deadline) python3 -m pytest -q -rfE -p no:cacheprovider "$@" > /tmp/logs/t-$name.log 2>&1
+  el "$name tests rc=$? $(tail -1 /tmp/logs/t-$name.log)"
+  grep -E "^(FAILED|ERROR)" /tmp/logs/t-$name.log | head -12 | tee -a $OUT/steps.log
+}
+pack_logs() { tar -czf $OUT/logs.tar.gz -C /tmp logs; }
+mkdir -p /tmp/logs
+. benchmarks/gpu_setup.sh > /tmp/logs/setup.log 2>&1; el "setup $(tail -2 /tmp/logs/setup.log | tr '\n' ' ')"
