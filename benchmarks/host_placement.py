@@ -18,7 +18,6 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -28,15 +27,11 @@ def probe(model: str, length: int, cache: Path, one_thread: bool) -> dict:
     import numpy as np
     import torch
 
-    from common import model_folder, random_sequences, time_calls
+    from common import model_folder, random_sequences, time_calls, warm_gpu
     from embedpipe.kernels.batch import BucketPolicy, pack
     from embedpipe.kernels.engine import Engine, EngineConfig
 
-    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    start = time.perf_counter()
-    while time.perf_counter() - start < 1.0:  # steady clocks
-        a @ a
-    torch.cuda.synchronize()
+    warm_gpu(1.0)  # steady clocks
     engine = Engine(EngineConfig(model=str(model_folder(model, cache)), device="cuda", attention="triton"))
     if one_thread:  # what the job and server processes do (Engine.claim_host_threads)
         engine.claim_host_threads()
