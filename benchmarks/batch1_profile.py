@@ -21,7 +21,7 @@ import torch.nn.functional as F
 import triton
 from torch.profiler import ProfilerActivity, profile
 
-from common import cuda_ms, environment, graphed_ms, model_folder, percentiles, random_sequences
+from common import cuda_ms, environment, graphed_ms, host_call_ms, model_folder, percentiles, random_sequences
 from embedpipe.kernels.batch import BucketPolicy, pack
 from embedpipe.kernels.engine import Engine, EngineConfig
 from embedpipe.kernels.graph_cache import GraphConfig
@@ -71,11 +71,11 @@ def host_times(engine: Engine, batch, iters: int = 300) -> dict:
     cu = torch.empty(batch.cu_seqlens.shape, dtype=torch.int32).pin_memory()
     cu.copy_(batch.cu_seqlens)
     dev_cu = cu.to("cuda")
-    pieces["plan"] = _p50(lambda: engine.attn.plan(cu, batch.num_seqs, key, dev_cu))
+    pieces["plan"] = host_call_ms(lambda: engine.attn.plan(cu, batch.num_seqs, key, dev_cu))
     graph = engine.runner.captured_graph(batch)
-    pieces["graph_replay_launch"] = _p50(graph.replay)
+    pieces["graph_replay_launch"] = host_call_ms(graph.replay)
     # a replay alone, from the host's call to its return from synchronize(): the least a step can take
-    pieces["lone_replay"] = _p50(lambda: (graph.replay(), torch.cuda.synchronize()))
+    pieces["lone_replay"] = host_call_ms(lambda: (graph.replay(), torch.cuda.synchronize()))
     torch.cuda.synchronize()
     return {"step_returns_ms": percentiles(launch), "step_and_result_ms": percentiles(total),
             "host_piece_p50_ms": pieces, "device_replay_ms": cuda_ms(graph.replay, 200),
@@ -118,16 +118,6 @@ def phase_times(engine: Engine, batch, iters: int = 300) -> dict[str, float]:
         for name, a, b in zip(PHASES, t, t[1:]):
             samples[name].append((b - a) * 1e3)
     return {name: float(np.median(v)) for name, v in samples.items()}
-
-
-def _p50(fn, iters: int = 200) -> float:
-    samples = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - t0) * 1e3)
-        torch.cuda.synchronize()
-    return float(np.median(samples))
 
 
 def linear_shapes(engine: Engine) -> dict[str, tuple[int, int, bool]]:

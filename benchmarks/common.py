@@ -163,6 +163,21 @@ def _median_ms(fn, device: str, iters: int) -> float:
     return statistics.median(time_calls(timed, iters, warmup=3))
 
 
+def host_call_ms(fn, iters: int = 200, queued: int = 0) -> float:
+    """p50 host ms of one fn() call (how long the host is held, not the device's time): the device idle before
+    each, or with `queued` calls of fn queued ahead of it."""
+    samples = []
+    for _ in range(iters):
+        torch.cuda.synchronize()
+        for _ in range(queued):
+            fn()
+        start = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - start) * 1e3)
+    torch.cuda.synchronize()
+    return statistics.median(samples)
+
+
 def cuda_ms(fn, iters: int) -> float:
     """Device time per call, from CUDA events around `iters` back-to-back calls."""
     for _ in range(3):

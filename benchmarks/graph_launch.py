@@ -27,14 +27,13 @@ import ctypes
 import gzip
 import json
 import re
-import time
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from common import cuda_ms, environment, model_folder, random_sequences, warm_gpu
+from common import cuda_ms, environment, host_call_ms, model_folder, random_sequences, warm_gpu
 from embedpipe.kernels.batch import BucketPolicy, pack
 from embedpipe.kernels.cuda import pdl, triton_linear, triton_split_k
 from embedpipe.kernels.engine import Engine, EngineConfig
@@ -83,19 +82,8 @@ class Driver:
         return out.value
 
 
-def host_us(fn, iters: int = 200, busy: bool = False) -> float:
-    """p50 host us of fn(); the device idle before each call, or (busy) with 20 calls queued before it."""
-    samples = []
-    for _ in range(iters):
-        torch.cuda.synchronize()
-        if busy:
-            for _ in range(20):
-                fn()
-        t0 = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - t0) * 1e6)
-    torch.cuda.synchronize()
-    return float(np.median(samples))
+def host_us(fn, queued: int = 0) -> float:
+    return host_call_ms(fn, queued=queued) * 1e3
 
 
 def dot_counts(text: str) -> dict:
@@ -117,7 +105,7 @@ def measure(engine: Engine, batch, driver: Driver, dot_path: Path) -> dict:
     runner = engine.runner
     graph, inputs_buf, *_ = runner.graphs.entries[engine.attn.graph_key(batch)]
     stream = torch.cuda.current_stream().cuda_stream
-    out = {"replay": host_us(graph.replay), "replay_busy": host_us(graph.replay, busy=True),
+    out = {"replay": host_us(graph.replay), "replay_busy": host_us(graph.replay, queued=20),
            "device_ms": cuda_ms(graph.replay, 200)}
     graph_exec = graph.raw_cuda_graph_exec()
     out["launch"] = host_us(lambda: driver.launch(graph_exec, stream))
