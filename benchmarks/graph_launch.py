@@ -40,6 +40,9 @@ from embedpipe.kernels.engine import Engine, EngineConfig
 
 NODE_TYPES = ("KERNEL", "MEMCPY", "MEMSET", "HOST", "GRAPH", "EMPTY", "WAIT_EVENT", "EVENT_RECORD", "MEM_ALLOC",
               "MEM_FREE", "BATCH_MEM_OP", "CONDITIONAL", "EXT_SEMAS_SIGNAL", "EXT_SEMAS_WAIT")
+# the settings the variants change, as imported
+DEFAULTS = {"pdl": pdl.MAX_TOKENS, "split_k": triton_split_k.TOKEN_RANGE,
+            "identity": triton_linear.TOKEN_RANGES["identity"]}
 
 
 def set_variant(name: str) -> None:
@@ -54,10 +57,6 @@ def set_variant(name: str) -> None:
         triton_linear.TOKEN_RANGES["identity"] = None
     elif name != "base":
         raise SystemExit(f"unknown variant {name!r}")
-
-
-DEFAULTS = {"pdl": pdl.MAX_TOKENS, "split_k": triton_split_k.TOKEN_RANGE,
-            "identity": triton_linear.TOKEN_RANGES["identity"]}
 
 
 class Driver:
