@@ -133,3 +133,43 @@ def test_selected_attention_runs_each_batch_size_on_its_backend_and_keys_graphs_
         attn.plan(batch.cu_seqlens, batch.num_seqs)  # eager: chosen by the batch's padded tokens
         assert backend.plans[-1] == (batch.key[0], None) and attn.forward(q, q, q)[0, 0, 0] == backend.mark
     assert len(small.plans) == len(large.plans) == 2
+
+
+def test_warmup_times_the_backends_in_turns_and_keeps_each_sizes_median(monkeypatch):
+    """time_backends (CPU: the timed step scripted): backends alternate round after round, a one-round outlier (fa3's
+    2,048-token step, as one H100 warmup measured it: 0.582 against 0.43-0.46 ms in six others) does not move its
+    median or the choice, and a backend that fails in a later round is left out with its reason, its earlier
+    timings dropped."""
+    from embedpipe.kernels.cuda import attention_timing
+
+    sizes = [n * length for n, length in attention_timing.MEASURED_SHAPES]
+    scripted = {  # backend: {tokens: ms of rounds 1, 2, 3}
+        "triton": dict(zip(sizes, ([0.14, 0.15, 0.14], [0.48, 0.51, 0.54], [8.5, 8.6, 8.8]))),
+        "fa3": dict(zip(sizes, ([0.20, 0.21, 0.20], [0.582, 0.44, 0.45], [6.4, 6.4, 6.5]))),
+        "fa2": dict(zip(sizes, ([0.40, RuntimeError("lost"), 0.41], [0.93] * 3, [7.7] * 3)))}
+    made, calls = [], []
+
+    def fake_make(name, *args):
+        made.append(name)
+        return name
+
+    def fake_time_shape(attn, spec, device, dtype, layers, max_graph_tokens, num_seqs, length):
+        tokens = num_seqs * length
+        calls.append((attn, tokens))
+        ms = scripted[attn][tokens][calls.count((attn, tokens)) - 1]
+        if isinstance(ms, Exception):
+            raise ms
+        return tokens, ms
+
+    monkeypatch.setattr(attention_timing, "make_cuda_attention", fake_make)
+    monkeypatch.setattr(attention_timing, "_time_shape", fake_time_shape)
+    timings, failed = attention_timing.time_backends(AttentionSpec(16, 8, 128, True), torch.device("cpu"),
+                                                     torch.bfloat16, 4096, ["triton", "fa3", "fa2"], layers=2)
+    assert made == ["triton", "fa3", "fa2"]  # each made once, kept for its later rounds
+    order = [name for name, tokens in calls if tokens == sizes[0]]
+    assert order == ["triton", "fa3", "fa2", "triton", "fa3", "fa2", "triton", "fa3"]  # in turns; fa2 out in round 2
+    assert failed == {"fa2": "RuntimeError: lost"}
+    assert timings == {sizes[0]: {"triton": 0.14, "fa3": 0.20}, sizes[1]: {"triton": 0.51, "fa3": 0.45},
+                       sizes[2]: {"triton": 8.6, "fa3": 6.4}}
+    # fa3 from the geometric middle of 128 and 2,048 tokens on; round 1's figures alone would have kept triton there
+    assert ranges_from_timings(timings) == ((512, "triton"), (ANY_SIZE, "fa3"))
