@@ -208,9 +208,9 @@ def two_in_flight_s(engine, batch, iters: int = 30) -> float:
 
 def ab_systems(specs: list[str]) -> dict[str, str]:
     """--system NAME=SITE options (SITE empty: this checkout) -> {NAME: the PYTHONPATH its processes run with,
-    SITE first}: A/B runs of two builds (latency_ab.py, serve_online_ab.py)."""
+    SITE first}: A/B runs of two builds (latency_ab.py, serve_online_ab.py). No option: this checkout, as "ours"."""
     systems = {}
-    for spec in specs:
+    for spec in specs or ["ours="]:
         name, site = spec.split("=", 1)
         systems[name] = os.pathsep.join(p for p in (site, os.environ.get("PYTHONPATH")) if p)
     return systems

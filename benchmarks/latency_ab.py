@@ -95,7 +95,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path)
     parser.add_argument("--system", action="append", default=[],
-                        help="NAME=PYTHONPATH (empty: this checkout); none: ours=, this checkout")
+                        help="NAME=PYTHONPATH (empty: this checkout); none: this checkout, as ours")
     parser.add_argument("--models", default="minilm-l6,bert-base,qwen3-0.6b")
     parser.add_argument("--lengths", default="16,128")
     parser.add_argument("--rounds", type=int, default=3)
@@ -116,7 +116,7 @@ def main():
         folders = {name: str(model_folder(name, args.cache)) for name in args.models.split(",")}
     throughput = [int(n) for n in args.throughput.split("x")] if args.throughput else None
     spec = {"folders": folders, "lengths": [int(n) for n in args.lengths.split(",")], "throughput": throughput}
-    runs = system_runs(ab_systems(args.system or ["ours="]), args.attention.split(","))  # none named: this checkout
+    runs = system_runs(ab_systems(args.system), args.attention.split(","))
     rounds: dict[str, list[dict]] = {name: [] for name in runs}
     for r in range(args.rounds):
         for name, (pythonpath, attention) in runs.items():

@@ -73,7 +73,8 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path)
     parser.add_argument("--model", type=Path, required=True)
-    parser.add_argument("--system", action="append", default=[], help="NAME=PYTHONPATH (empty: this checkout)")
+    parser.add_argument("--system", action="append", default=[],
+                        help="NAME=PYTHONPATH (empty: this checkout); none: this checkout, as ours")
     parser.add_argument("--system-env", action="append", default=[], help="NAME:VAR=VALUE for that system's servers")
     parser.add_argument("--system-args", action="append", default=[],
                         help="NAME:ARGS, more `embedpipe serve` options for that system's servers (e.g. --idle-spin-us 0)")
