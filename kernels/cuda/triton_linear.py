@@ -168,12 +168,12 @@ TOKEN_RANGES: dict[str, tuple[int, int] | None] = {"activation": None, "silu_mul
 
 # The largest weight (N x K elements) a plain projection runs in this kernel with. Replayed whole-model graphs, 3
 # rounds of fresh processes: on an H100 (results/2026-12-06-h200-qwen-chain, call 4, "qkv") BERT-base's QKV (2,304 x
-# 768) 1 x 128 0.333 -> 0.327 ms, 1 x 16 0.300 -> 0.289; MiniLM-L6's (1,152 x 384) 1 x 128 0.117 -> 0.110; Qwen3-0.6B's
-# (4,096 x 1,024) lost, 1 x 128 1.103 -> 1.264 ms, 1 x 16 0.874 -> 0.921: a 64 x 32 tile over the whole of K reads a
-# larger weight slower than cuBLAS, and so did four larger tiles (64 x 64, 128 x 64, 64 x 128, 128 x 128; H100, 1 x 128
-# 1.116 -> 1.262-1.348 ms: results/2026-12-06-h200-qkv-pdl, call 1). On the H200 (results/2026-12-06-h200-launch, call 6, this bound) BERT-base
-# 0.326 -> 0.315 and 0.293 -> 0.281, MiniLM-L6 0.116 -> 0.109 and 0.103 -> 0.096. Between 1.8 M and 4.2 M nothing
-# was measured.
+# 768) 1 x 128 0.333 -> 0.327 ms, 1 x 16 0.300 -> 0.289; MiniLM-L6's (1,152 x 384) 1 x 128 0.117 -> 0.110;
+# Qwen3-0.6B's (4,096 x 1,024) lost, 1 x 128 1.103 -> 1.264 ms, 1 x 16 0.874 -> 0.921: a 64 x 32 tile over the whole
+# of K reads a larger weight slower than cuBLAS, and so did four larger tiles (64 x 64, 128 x 64, 64 x 128, 128 x
+# 128; H100, 1 x 128 1.116 -> 1.262-1.348 ms: results/2026-12-06-h200-qkv-pdl, call 1). On the H200
+# (results/2026-12-06-h200-launch, call 6, this bound) BERT-base 0.326 -> 0.315 and 0.293 -> 0.281, MiniLM-L6
+# 0.116 -> 0.109 and 0.103 -> 0.096. Between 1.8 M and 4.2 M nothing was measured.
 IDENTITY_MAX_WEIGHT = 2 << 20
 
 
