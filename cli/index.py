@@ -59,9 +59,10 @@ ON_BAD_ROW = typer.Option(
     help="A null, empty or whitespace text: skip (record it in rejected.parquet) or fail.")
 SKIP_BAD_FILES = typer.Option(
     False, "--skip-bad-files", help="Record unreadable files in metrics.json and go on (exit code 3).")
-PRUNE = typer.Option(False, "--prune", help="Drop the done units whose input file is no longer among INPUTS "
-                                           "(from the embeddings and the index); without it they are kept, with a warning.")
-OVERWRITE = typer.Option(False, "--overwrite", help="Discard everything OUTPUT holds and start afresh (a whole job, not shards).")
+PRUNE = typer.Option(False, "--prune", help="Drop the done units whose input file is no longer among INPUTS (from the "
+                                           "embeddings and the index); without it they are kept, with a warning.")
+OVERWRITE = typer.Option(
+    False, "--overwrite", help="Discard everything OUTPUT holds and start afresh (a whole job, not shards).")
 QUIET = typer.Option(False, "--quiet", "-q", help="No progress output.")
 
 
@@ -141,7 +142,8 @@ def query(
     k: int = typer.Option(10, "-k", "--top-k", help="Hits to print."),
     as_json: bool = typer.Option(False, "--json", help="Print the hits as JSON."),
     model: Optional[str] = typer.Option(
-        None, "--model", "-m", help="Without --index: the model (default: minilm). With it, the index's model is used."),
+        None, "--model", "-m",
+        help="Without --index: the model (default: minilm). With it, the index's model is used."),
     dim: Optional[int] = DIM, dtype: Optional[OutputDtype] = typer.Option(
         None, "--dtype", help="Without --index: the output dtype (default: float32)."),
     prompt: Optional[str] = PROMPT,

@@ -9,8 +9,9 @@ from typing import Optional
 
 import typer
 
-from embedpipe.cli.options import (CHUNK_ON, CHUNK_OVERLAP, CHUNK_TOKENS, DEVICE, DIM, DTYPE, LATE_CHUNKING, MAX_LENGTH,  # noqa: F401
-                                   MODEL, PROMPT, PROMPT_NAME, ChunkOn, OutputDtype, engine_config)
+from embedpipe.cli.options import (CHUNK_ON, CHUNK_OVERLAP, CHUNK_TOKENS, DEVICE, DIM, DTYPE,  # noqa: F401
+                                   LATE_CHUNKING, MAX_LENGTH, MODEL, PROMPT, PROMPT_NAME, ChunkOn, OutputDtype,
+                                   engine_config)
 
 # help as plain text: Rich markup ate "[ray]" in a help string and showed "<bool>" after every flag
 app = typer.Typer(help="Offline batch embedding and indexing on ragged, graph-replayed engines.",

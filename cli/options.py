@@ -30,7 +30,8 @@ def check_device(device: str) -> str:
 
 MODEL = typer.Option("minilm", "--model", "-m", help="Short name (minilm) or a local model folder.")
 DIM = typer.Option(None, "--dim", help="Matryoshka truncation to this many dimensions.")
-DTYPE = typer.Option(OutputDtype.float32, "--dtype", help="Output dtype (int8: round(tanh(x)*127); binary: packed bits).")
+DTYPE = typer.Option(OutputDtype.float32, "--dtype",
+                     help="Output dtype (int8: round(tanh(x)*127); binary: packed bits).")
 PROMPT = typer.Option(None, "--prompt", help="Literal prompt prepended to every text.")
 PROMPT_NAME = typer.Option(None, "--prompt-name", help="A prompt named in the model's sentence-transformers config.")
 MAX_LENGTH = typer.Option(None, "--max-length",

@@ -24,7 +24,8 @@ def serve(model: str = MODEL,
               None, "--max-input-tokens", help="Most tokens per input (default: the model's max_seq_length)."),
           truncate: bool = typer.Option(
               True, "--truncate/--no-truncate",
-              help="Cut longer inputs to --max-input-tokens, or reject them (400); a request's \"truncate\" overrides."),
+              help="Cut longer inputs to --max-input-tokens, or reject them (400); "
+                   "a request's \"truncate\" overrides."),
           max_queue: int = typer.Option(512, "--max-queue",
                                          help="Requests queued or running at once, per HTTP process; more get 429."),
           request_timeout: float = typer.Option(30.0, "--request-timeout", help="Seconds per request; then 504."),

@@ -244,7 +244,8 @@ def make_cuda_attention(name: str, spec: AttentionSpec, device: torch.device, dt
     """
     if dtype == torch.float32 or name == "torch":
         backend: AttentionBackend = TorchRaggedAttention(spec)
-        backend.choice = single_choice("torch", "--attention" if name == "torch" else "float32: exact per-sequence SDPA")
+        reason = "--attention" if name == "torch" else "float32: exact per-sequence SDPA"
+        backend.choice = single_choice("torch", reason)
         return backend
     if name != "auto":
         backend = _one_backend(name, spec, device, dtype, max_seqlen, max_graph_tokens)

@@ -60,7 +60,8 @@ def resolve_model_path(name: str) -> Path:
         return snapshot
     known = ", ".join(sorted(builtin)) or "none installed"
     raise ModelLoadError(f"model {name!r} is neither a local folder, a short name (short names: {known}) nor a "
-                         "model id (ORG/NAME[@REVISION]) of the local Hugging Face cache; embedpipe never downloads models")
+                         "model id (ORG/NAME[@REVISION]) of the local Hugging Face cache; "
+                         "embedpipe never downloads models")
 
 
 def _read_json(folder: Path, rel: str, required: bool = True) -> dict | list | None:
@@ -135,7 +136,8 @@ class ModelFolder:
         if name is None:
             return ""
         if name not in self.prompts:
-            raise ValueError(f"model {self.path} has no prompt named {name!r}; it has: {sorted(self.prompts) or 'none'}")
+            raise ValueError(f"model {self.path} has no prompt named {name!r}; "
+                             f"it has: {sorted(self.prompts) or 'none'}")
         return self.prompts[name]
 
 
@@ -196,7 +198,8 @@ def _read_pooling(path: Path, rel: str) -> str:
         raise ModelLoadError(f"model folder {path}: {rel}/config.json asks for pooling {mode!r}; "
                              f"supported: {', '.join(POOLING_MODES)}")
     if cfg.get("include_prompt") is False:
-        raise ModelLoadError(f"model folder {path}: {rel}/config.json sets include_prompt=false, which is not supported")
+        raise ModelLoadError(f"model folder {path}: {rel}/config.json sets include_prompt=false, "
+                             "which is not supported")
     return mode
 
 
@@ -222,15 +225,17 @@ def read_scorer_folder(path: Path, config: dict) -> ModelFolder:
     st_config = _read_json(path, "sentence_bert_config.json", required=False) or {}
     default_length = QWEN3_RERANKER_MAX_LENGTH if causal else int(config.get("max_position_embeddings", 512))
     max_len = int(st_config.get("max_seq_length") or default_length)
-    return ModelFolder(path=path, config=config, model_type=config["model_type"], pooling="lasttoken" if causal else "cls",
-                       normalize=False, max_seq_length=min(max_len, _max_positions(config)),
+    return ModelFolder(path=path, config=config, model_type=config["model_type"],
+                       pooling="lasttoken" if causal else "cls", normalize=False,
+                       max_seq_length=min(max_len, _max_positions(config)),
                        scorer=ScorerSpec(architecture, _score_activation(path, config), labels))
 
 
 def _score_activation(path: Path, config: dict) -> str:
-    """sentence-transformers CrossEncoder's activation_fn, where its versions saved it: config_sentence_transformers.json
-    (v6), config.json's `sentence_transformers.activation_fn` (v4, v5) or `sbert_ce_default_activation_function`
-    (before); none: Sigmoid (CrossEncoder's default for one label, and for a causal model's yes/no log-odds)."""
+    """sentence-transformers CrossEncoder's activation_fn, where its versions saved it:
+    config_sentence_transformers.json (v6), config.json's `sentence_transformers.activation_fn` (v4, v5) or
+    `sbert_ce_default_activation_function` (before); none: Sigmoid (CrossEncoder's default for one label, and for a
+    causal model's yes/no log-odds)."""
     st_config = _read_json(path, "config_sentence_transformers.json", required=False) or {}
     name = st_config.get("activation_fn") or (config.get("sentence_transformers") or {}).get("activation_fn") \
         or config.get("sbert_ce_default_activation_function") or "torch.nn.modules.activation.Sigmoid"

@@ -115,7 +115,8 @@ def _write_reranker(shape: str, folder: Path, seed: int):
     if config_class == "XLMRobertaConfig":
         _edit_json(folder / "tokenizer.json", lambda tokenizer: tokenizer["post_processor"].update(pair=XLM_R_PAIR))
         # transformers' BertTokenizer would rebuild BERT's template; the generic class keeps tokenizer.json's
-        _edit_json(folder / "tokenizer_config.json", lambda config: config.update(tokenizer_class="PreTrainedTokenizerFast"))
+        _edit_json(folder / "tokenizer_config.json",
+                   lambda config: config.update(tokenizer_class="PreTrainedTokenizerFast"))
     return model
 
 

@@ -20,7 +20,8 @@ class TextTooLargeForDevice(JobFault, RuntimeError):
 
 
 class SplitOnOutOfMemory:
-    """`step` / `result` / `read` as Engine.step and LazyTensor.result / read, splitting a batch that runs out of memory.
+    """`step` / `result` / `read` as Engine.step and LazyTensor.result / read, splitting a batch that runs out of
+    memory.
 
     describe(tag) names a sequence for the error raised when one alone does not fit.
     """

@@ -49,7 +49,8 @@ def run_job(job: JobConfig, open_embedder: OpenEmbedder | None = None) -> JobRes
     entered = time.perf_counter()
     startup = {"process_s": process_age_s()}  # where the time before the job clock goes (metrics.json)
     spec, tokenizer = job_tokenizer(job)
-    with open_embedder(job, tokenizer) as embedder:  # loads the engine, checks the devices or joins Ray: before any output
+    # loads the engine, checks the devices or joins Ray: before any output
+    with open_embedder(job, tokenizer) as embedder:
         startup["engine_s"] = time.perf_counter() - entered
         startup["warm_up_s"] = getattr(embedder, "warm_up_s", None)
         with new_output(job.output), output_lock(job.output, shard=job.shard):

@@ -14,8 +14,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from embedpipe.pipeline.inputs.sources import (ColumnSpec, InputError, UnreadableInputError, WorkUnit, bad_text_reasons, file_metadata,
-                      read_unit, unit_rows)
+from embedpipe.pipeline.inputs.sources import (ColumnSpec, InputError, UnreadableInputError, WorkUnit,
+                                               bad_text_reasons, file_metadata, read_unit, unit_rows)
 from embedpipe.pipeline.output.layout import WINDOW_COLUMNS
 from embedpipe.pipeline.text.chunking import ChunkConfig, WindowCutter
 from embedpipe.pipeline.text.late_chunking import LateChunker, chunker_of

@@ -3,8 +3,8 @@
 Workers read and tokenize the pieces of the units (reader.py) and reply flat arrays; this process
 cuts them into batches with numpy (ArrayBatcher) and does O(1) Python work per chunk and per batch.
 The engine has up to its max_in_flight (3) batches in flight (batching/in_flight.py): batches N+1 and
-N+2 are submitted before the result of batch N is read, so a GPU always has work queued while the CPU works. The batcher is first in,
-first out, so results come back in input order and each unit's file is written front to back
+N+2 are submitted before the result of batch N is read, so a GPU always has work queued while the CPU works.
+The batcher is first in, first out, so results come back in input order and each unit's file is written front to back
 (unit_files.py: in a background thread, committed once the unit has ended).
 """
 from __future__ import annotations

@@ -387,7 +387,8 @@ MAX_OPEN_PARQUET = 8
 
 
 def _parquet_file(path: str) -> pq.ParquetFile:
-    """An open ParquetFile with its footer, reused while the file is unchanged (workers read many pieces of one file)."""
+    """An open ParquetFile with its footer, reused while the file is unchanged (workers read many pieces of one
+    file)."""
     key = _file_key(path)
     if key not in _parquet_cache:
         if len(_parquet_cache) >= MAX_OPEN_PARQUET:

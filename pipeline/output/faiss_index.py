@@ -18,7 +18,8 @@ import pyarrow.parquet as pq
 
 from embedpipe.pipeline.inputs.column_types import widen
 from embedpipe.pipeline.output.manifest import completed_units, write_json_atomic
-from embedpipe.pipeline.output.layout import CHUNK_COLUMN, EMBEDDINGS_FOLDER, INDEX_FILE, INDEX_IDS_FILE, INDEX_META_FILE
+from embedpipe.pipeline.output.layout import (CHUNK_COLUMN, EMBEDDINGS_FOLDER, INDEX_FILE, INDEX_IDS_FILE,
+                                              INDEX_META_FILE)
 from embedpipe.kernels.output_dtypes import OUTPUT_DTYPES
 from embedpipe.pipeline.output.search_tuning import ExactNeighbours, query_rows, search_parameter, tune
 from embedpipe.pipeline.output.sinks import AtomicParquetWriter, commit_file, temporary_path, writing

@@ -13,7 +13,8 @@ from embedpipe.kernels.output_dtypes import output_dtype
 from embedpipe.pipeline.errors import UserError
 from embedpipe.pipeline.output.faiss_index import build_index, new_index
 from embedpipe.pipeline.output.manifest import completed_units, write_json_atomic
-from embedpipe.pipeline.output.layout import INDEX_FILE_NAMES, INDEX_META_FILE, METRICS_FILE, REJECTED_FILE, SETTINGS_FILE, UNITS_FILE
+from embedpipe.pipeline.output.layout import (INDEX_FILE_NAMES, INDEX_META_FILE, METRICS_FILE, REJECTED_FILE,
+                                              SETTINGS_FILE, UNITS_FILE)
 from embedpipe.pipeline.output.sinks import AtomicParquetWriter, read_rejected, remove_unfinished
 from embedpipe.pipeline.inputs.sources import WorkUnit
 

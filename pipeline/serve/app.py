@@ -130,12 +130,14 @@ class EmbedServer:
         folder = model.folder
         max_tokens = config.max_input_tokens or folder.max_seq_length
         if max_tokens > folder.max_seq_length:
-            raise ValueError(f"max_input_tokens {max_tokens} is more than the model's max_seq_length {folder.max_seq_length}")
+            raise ValueError(f"max_input_tokens {max_tokens} is more than the model's max_seq_length "
+                             f"{folder.max_seq_length}")
         self.limits = Limits(config.max_inputs, max_tokens, config.truncate, model.output.dim,
                              int(folder.config.get("vocab_size", 1 << 31)))
         self.max_body_bytes = config.max_body_bytes or default_max_body_bytes(config.max_inputs, max_tokens)
         names = [None, *folder.prompts]  # None: the model's default prompt, as `embedpipe embed`
-        self.tokenizers = {name: TextTokenizer(folder.tokenizer_file, max_tokens, folder.prompt(name)) for name in names}
+        self.tokenizers = {name: TextTokenizer(folder.tokenizer_file, max_tokens, folder.prompt(name))
+                           for name in names}
         self.query_tokenizer = self.tokenizers[query_prompt_name(folder, None, None)]
         self.metrics = backend.metrics
         self.pool = ThreadPoolExecutor(config.tokenizer_threads, thread_name_prefix="embedpipe-tokenize")

@@ -13,8 +13,8 @@ Scheduler, so every process's requests share the same token-budget batches, and 
 one wake-up instead of a bridge thread's and then the engine thread's (scheduler.py says what it changed).
 
 Messages (wire.py: one frame each, no pickling on the request path), HTTP process -> here: EMBED (rid, the time it
-was sent, token ids end to end as int32, lengths), CANCEL (rid), and pickled ones: ("listening",) once its socket accepts
-connections, ("search", rid, queries, k), ("rerank", rid, token ids, token types), ("metrics", rid),
+was sent, token ids end to end as int32, lengths), CANCEL (rid), and pickled ones: ("listening",) once its socket
+accepts connections, ("search", rid, queries, k), ("rerank", rid, token ids, token types), ("metrics", rid),
 ("metrics_update", *RemoteMetrics.take()) every FLUSH_S. Here -> HTTP process: VECTORS (rid, float32 [n, width],
 Job.times), or a pickled (rid, result): the hits, a rerank's (scores [n], Job.times), the metrics text or an
 exception. EMBED and CANCEL travel on the jobs pipe, which the engine thread reads; the rest on the control pipe,

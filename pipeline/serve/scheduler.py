@@ -84,7 +84,8 @@ class Scheduler:
         self._busy_at = 0.0  # when it last launched or read a batch
         self.on_batch = on_batch  # (batch, queue seconds of the jobs it starts), on the engine thread
         self._batcher = TokenBudgetBatcher(batching)
-        self._in_flight = InFlight(engine, batching.policy, self._batcher.pad_token_id, describe_sequence, max_in_flight)
+        self._in_flight = InFlight(engine, batching.policy, self._batcher.pad_token_id, describe_sequence,
+                                   max_in_flight)
         self._tokens_batched = 0  # real tokens in the batcher
         self._inbox: deque[Job] = deque()
         self._batched: weakref.WeakSet[Job] = weakref.WeakSet()  # jobs with sequences in the batcher or in flight
@@ -228,7 +229,8 @@ class Scheduler:
 
     def _fill(self) -> None:
         """Moves queued sequences into the batcher until it holds one full batch."""
-        while self._tokens_batched < self.batching.max_batch_tokens and len(self._batcher) < self.batching.max_batch_seqs:
+        batching = self.batching
+        while self._tokens_batched < batching.max_batch_tokens and len(self._batcher) < batching.max_batch_seqs:
             job = self._head_job()
             if job is None:
                 return

@@ -53,8 +53,9 @@ def check_fingerprints(units: list[WorkUnit], output_dirs: list[Path], report: R
     done = {unit_id: record for d in output_dirs for unit_id, record in completed_units(d).items()}
     changed = [unit for unit in units if unit.unit_id in done and input_changed(done[unit.unit_id], unit)]
     report.check(not changed, "input: every embedded unit's input is as it was when embedded",
-                 f"input: {len(changed)} units' inputs changed since they were embedded (first: {changed[0].unit_id!r}, "
-                 f"{changed[0].path}); run the same index command again to redo them" if changed else "")
+                 f"input: {len(changed)} units' inputs changed since they were embedded "
+                 f"(first: {changed[0].unit_id!r}, {changed[0].path}); run the same index command again to redo them"
+                 if changed else "")
 
 
 def id_counts(chunks: list) -> pa.Table:
