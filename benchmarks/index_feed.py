@@ -25,7 +25,7 @@ workloads.corpus_lengths). Each run is its own fresh process; within a round the
   sent back, so this is the tokenizing stage's ceiling.
 If the job fed the engine perfectly it would run at min(engine, tokenizer-pool): e2e / that ratio is
 what the pipeline loses. On CUDA each run is preceded by a clock warm-up (large bf16 matmuls) and the
-SM / memory clocks are recorded. Runs that would end past --time-budget-s are skipped (and recorded
+SM clock is recorded (common.warm_gpu). Runs that would end past --time-budget-s are skipped (and recorded
 so), so one call of the GPU machine stays under its 10 minutes. results.json and results.md are
 rewritten after every run.
 """
@@ -37,7 +37,6 @@ import multiprocessing
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -47,10 +46,9 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pyarrow.parquet as pq
-import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import MODELS, environment, model_folder, run_process, write_results  # noqa: E402
+from common import MODELS, environment, model_folder, run_process, warm_gpu, write_results  # noqa: E402
 from host_pipeline import random_corpus  # noqa: E402
 from suite_indexing import SAMPLE_S, Sampler, stream  # noqa: E402
 
@@ -233,23 +231,9 @@ def child_pool(args) -> dict:
             "tokens_per_s": tokens / seconds, "rows_per_s": rows / seconds}
 
 
-def warm_gpu() -> str:
-    """Large bf16 matmuls for WARM_CLOCKS_S (the GPU idles at a low clock), then the SM and memory clocks."""
-    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    start = time.perf_counter()
-    while time.perf_counter() - start < WARM_CLOCKS_S:
-        for _ in range(10):
-            a @ a
-        torch.cuda.synchronize()
-    del a
-    torch.cuda.empty_cache()
-    return subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm,clocks.mem", "--format=csv,noheader"],
-                          capture_output=True, text=True).stdout.strip()
-
-
 def run_system(system: str, corpus: Path, folder: Path, work: Path, args, timeout: float) -> dict:
     """One run of one system, after the clock warm-up on CUDA."""
-    clocks = warm_gpu() if args.device.startswith("cuda") else None
+    clocks = warm_gpu(WARM_CLOCKS_S) if args.device.startswith("cuda") else None
     if system == "tokenize":
         result = run_index(corpus, folder, work / "tokenize-out", args, timeout, "tokenize")
         if "error" not in result:  # the token ids of the model's latest good tokenize run
@@ -286,7 +270,7 @@ def headline(run: dict) -> str:
             line += (f"; before the clock: process {startup['process_s']:.1f} s, engine {startup.get('engine_s') or 0:.1f} s"
                      f" (warm-up {startup.get('warm_up_s') or 0:.1f}), prepare {startup.get('prepare_s') or 0:.1f} s;"
                      f" exit {run.get('exit_s', 0):.1f} s")
-    return line + (f", clocks {run['clocks']}" if run.get("clocks") else "")
+    return line + (f", SM clock {run['clocks']['sm_mhz']} MHz" if run.get("clocks") else "")
 
 
 def span(values: list[float]) -> dict | None:

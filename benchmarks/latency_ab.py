@@ -22,7 +22,6 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -32,19 +31,12 @@ def worker(folders: dict[str, str], lengths: list[int], attention: str, throughp
     import numpy as np
     import torch
 
-    from common import ceilings, cuda_ms, random_sequences, time_calls, two_in_flight_s
+    from common import ceilings, cuda_ms, random_sequences, time_calls, two_in_flight_s, warm_gpu
     from embedpipe.kernels.batch import BucketPolicy, pack
     from embedpipe.kernels.engine import Engine, EngineConfig
     from embedpipe.kernels.graph_cache import GraphConfig
 
-    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    start = time.perf_counter()
-    while time.perf_counter() - start < 1.0:  # steady clocks before anything is timed
-        a @ a
-    torch.cuda.synchronize()
-    clocks = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm,clocks.mem", "--format=csv,noheader"],
-                            capture_output=True, text=True).stdout.strip()
-    out = {"clocks": clocks}
+    out = {"clocks": warm_gpu(1.0)}  # steady clocks before anything is timed
     if throughput:
         out["ceiling_tflops"] = ceilings("cuda")["matmul_tflops"]  # dense bf16 matmul rate, read in every process
     # the throughput batch replays a graph too (as engine_bench.py's), past the default 16,384 graph tokens
