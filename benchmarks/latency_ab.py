@@ -11,7 +11,7 @@ model and length, then the step's graph replayed back to back ("replay": the dev
 repeats one layout, so FlashInfer's plan (skipped for a repeated layout) costs nothing here; a server meets a new
 layout at almost every request. With --throughput the engines capture graphs up to that batch's tokens (as
 engine_bench.py's), past the index job's default 16,384.
-Writes DIR/latency-ab.json (every round, the median and the spread) and prints a table.
+Writes DIR/latency-ab.json (every round, the median and the spread) after each whole round, and prints a table.
 """
 from __future__ import annotations
 
@@ -57,6 +57,18 @@ def worker(folders: dict[str, str], lengths: list[int], attention: str, throughp
         engine = None  # its graphs and buffers go before the next model loads
         torch.cuda.empty_cache()
     return out
+
+
+def latency_summary(rounds: dict[str, list[dict]]) -> dict:
+    """{key: {run: {median_ms, min_ms, max_ms}}} over the rounds so far (steps, replays, throughput batches)."""
+    summary = {}
+    for name, results in rounds.items():
+        for key in results[0]:
+            if key not in ("clocks", "ceiling_tflops"):
+                values = [res[key] for res in results]
+                summary.setdefault(key, {})[name] = {"median_ms": statistics.median(values),
+                                                     "min_ms": min(values), "max_ms": max(values)}
+    return summary
 
 
 def throughput_summary(rounds: dict[str, list[dict]], flops_per_token: dict[str, float]) -> dict:
@@ -110,6 +122,7 @@ def main():
     spec = {"folders": folders, "lengths": [int(n) for n in args.lengths.split(",")], "throughput": throughput}
     runs = system_runs(ab_systems(args.system), args.attention.split(","))
     rounds: dict[str, list[dict]] = {name: [] for name in runs}
+    flops = {name: 2 * linear_params(Path(folder)) for name, folder in folders.items()}  # dense FLOPs per token
     for r in range(args.rounds):
         for name, (pythonpath, attention) in runs.items():
             env = {**os.environ, "PYTHONPATH": pythonpath}
@@ -119,25 +132,19 @@ def main():
                 raise SystemExit(f"{name} round {r}: {done.stderr[-2000:]}")
             rounds[name].append(json.loads(done.stdout.strip().splitlines()[-1]))
             print(name, r, rounds[name][-1], flush=True)
-    summary = {}
-    for name, results in rounds.items():
-        for key in results[0]:
-            if key not in ("clocks", "ceiling_tflops"):
-                values = [res[key] for res in results]
-                summary.setdefault(key, {})[name] = {"median_ms": statistics.median(values),
-                                                     "min_ms": min(values), "max_ms": max(values)}
+        # written after every whole round: a run cut short (a device call's deadline) keeps its finished rounds
+        summary = latency_summary(rounds)
+        rates = throughput_summary(rounds, flops) if throughput else {}
+        if args.out:
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / "latency-ab.json").write_text(json.dumps({"rounds": rounds, "summary": summary,
+                                                                  "throughput": rates}, indent=2))
     for key, by_system in summary.items():
         print(f"{key:24s}", "  ".join(f"{n} {v['median_ms']:.3f} ms [{v['min_ms']:.3f}-{v['max_ms']:.3f}]"
                                        for n, v in by_system.items()))
-    flops = {name: 2 * linear_params(Path(folder)) for name, folder in folders.items()}  # dense FLOPs per token
-    rates = throughput_summary(rounds, flops) if throughput else {}
     for key, by_run in rates.items():
         print(f"{key:24s}", "  ".join(f"{n} {v['m_tokens_per_s']:.3f} M tok/s [{v['min']:.3f}-{v['max']:.3f}] "
                                        f"MFU {v['mfu']:.1%}" for n, v in by_run.items()))
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "latency-ab.json").write_text(json.dumps({"rounds": rounds, "summary": summary,
-                                                              "throughput": rates}, indent=2))
 
 
 if __name__ == "__main__":
