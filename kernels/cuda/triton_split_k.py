@@ -47,10 +47,25 @@ TOKEN_RANGE: tuple[int, int] | None = (1, 256)
 
 
 def split_config(num_tokens: int, n: int, k: int, num_sms: int) -> SplitConfig:
-    """Tiles of 64 x 64 outputs over BLOCK_K = 64, and as many K ranges (at least two BLOCK_K each, at most
-    MAX_SPLITS) as keep the programs within one wave of the SMs; every range holds the same count of BLOCK_K steps
-    but the last, which may hold fewer, none empty."""
-    block_m, block_n, block_k = 64, 64, 64
+    """Tiles of 64 x 32 outputs over BLOCK_K = 128 where K is a multiple of 128 and they still split K at least two
+    ways, else 64 x 64 over BLOCK_K = 64 (_tiled_split).
+
+    64 x 32 x 128 against 64 x 64 x 64, engine at 1 x 128 tokens (H100, 3 rounds of fresh processes, graph replayed):
+    BERT-base 0.329 -> 0.327 ms, Qwen3-0.6B 1.108 -> 1.090 (results/2026-12-07-h200-gelu-splitk, call 2); alone,
+    BERT-base's o 6.24 -> 5.80 us at 128 tokens, 5.37 -> 5.38 at 64 (results/2026-12-06-h200-batch1-fusion, call 2).
+    Where the narrower tiles fill the SMs without a split (BERT-base's FFN output at 256 tokens) nothing measured
+    them, so those keep the 64 x 64 x 64 split."""
+    if k % 128 == 0:
+        wide = _tiled_split(num_tokens, n, k, num_sms, 64, 32, 128)
+        if wide.splits >= 2:
+            return wide
+    return _tiled_split(num_tokens, n, k, num_sms, 64, 64, 64)
+
+
+def _tiled_split(num_tokens: int, n: int, k: int, num_sms: int, block_m: int, block_n: int, block_k: int
+                 ) -> SplitConfig:
+    """As many K ranges (at least two BLOCK_K each, at most MAX_SPLITS) as keep the programs within one wave of the
+    SMs; every range holds the same count of BLOCK_K steps but the last, which may hold fewer, none empty."""
     tiles = triton.cdiv(num_tokens, block_m) * triton.cdiv(n, block_n)
     k_blocks = triton.cdiv(k, block_k)
     splits = max(1, min(MAX_SPLITS, num_sms // tiles, k_blocks // 2))

@@ -37,6 +37,7 @@ def _close(got, want):
     (100, 96, 384, SplitConfig(64, 64, 64, 3)),  # partial row and column tiles, 2 K steps a split
     (64, 128, 320, SplitConfig(64, 64, 64, 2)),  # 5 K steps: the second split holds 2 of them
     (64, 128, 128, SplitConfig(64, 32, 128, 1)),  # no split
+    (128, 96, 768, SplitConfig(64, 32, 128, 2)),  # split_config's wide-K tiles: 3 steps of 128 a split
     (64, 64, 256, SplitConfig(64, 64, 64, 8)),  # more splits asked than K steps: one step each, none empty
 ])
 def test_partials_add_up_to_the_matmul(tokens, n, k, config):
@@ -63,8 +64,12 @@ def test_split_config_fills_the_sms_with_no_empty_split(tokens, n, k):
 
 
 def test_split_config_splits_a_batch_of_one():
-    """BERT-base's FFN output at 1 x 128 tokens: 24 output tiles on 132 SMs, split 5 ways (10, 10, 10, 10, 8 steps)."""
-    assert split_config(128, 768, 3072, 132) == SplitConfig(64, 64, 64, 5)
+    """BERT-base's FFN output at 1 x 128 tokens: 48 output tiles of 64 x 32 on 132 SMs, split 2 ways (12 steps of 128
+    each). Where those tiles would not split K, 64 x 64 x 64 ones do: MiniLM-L6's attention output (K = 384, three
+    steps of 128; 12 tiles split 3 ways) and BERT-base's FFN output at 256 tokens (96 tiles of 64 x 32: one wave)."""
+    assert split_config(128, 768, 3072, 132) == SplitConfig(64, 32, 128, 2)
+    assert split_config(128, 384, 384, 132) == SplitConfig(64, 64, 64, 3)
+    assert split_config(256, 768, 3072, 132) == SplitConfig(64, 64, 64, 2)
     assert split_config(4096, 768, 3072, 132).splits == 1  # 768 tiles: a full wave already
 
 
