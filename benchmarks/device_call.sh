@@ -9,6 +9,8 @@
 #   build_archive NAME TAR_GZ  a `git archive` of the project (scratch/*.tar.gz), built as NAME
 #   worktree_copy NAME         this checkout's project files copied to /tmp/src-NAME (to edit before a build)
 #   build_worktree NAME        this checkout's project files, built as NAME
+#   variant NAME FILE OLD NEW  this checkout's project files with OLD replaced by NEW in FILE (OLD must occur exactly
+#                              once: a variant never builds from a stale edit), built as NAME
 #   pytest_step NAME SECONDS PYTEST-ARGS...
 #                              pytest until SECONDS after the start: its last line and failures logged (/tmp/logs/t-NAME.log)
 #   pack_logs                  /tmp/logs into $OUT/logs.tar.gz (the call's last step)
@@ -22,6 +24,17 @@ build() {
 build_archive() { mkdir -p /tmp/src-$1 && tar -xzf $2 -C /tmp/src-$1 && build $1 /tmp/src-$1; }
 worktree_copy() { mkdir -p /tmp/src-$1 && cp -r pyproject.toml README.md cli pipeline kernels configs /tmp/src-$1/; }
 build_worktree() { worktree_copy $1 && build $1 /tmp/src-$1; }
+variant() {
+  worktree_copy $1 && python3 - /tmp/src-$1/$2 "$3" "$4" <<'PY' && build $1 /tmp/src-$1
+import sys
+path, old, new = sys.argv[1:]
+text = open(path).read()
+if text.count(old) != 1:
+    sys.exit(f"{path}: the text to replace occurs {text.count(old)} times, not once: {old!r}")
+open(path, "w").write(text.replace(old, new))
+PY
+  [ $? = 0 ] || el "variant $1 not built"
+}
 pytest_step() {
   local name=$1 deadline=$2
   shift 2
