@@ -206,6 +206,12 @@ def two_in_flight_s(engine, batch, iters: int = 30) -> float:
     return (time.perf_counter() - start) / iters
 
 
+def add_system_option(parser) -> None:
+    """The --system NAME=SITE option of the A/B runners (latency_ab.py, serve_online_ab.py); ab_systems reads it."""
+    parser.add_argument("--system", action="append", default=[],
+                        help="NAME=PYTHONPATH (empty: this checkout); none: this checkout, as ours")
+
+
 def ab_systems(specs: list[str]) -> dict[str, str]:
     """--system NAME=SITE options (SITE empty: this checkout) -> {NAME: the PYTHONPATH its processes run with,
     SITE first}: A/B runs of two builds (latency_ab.py, serve_online_ab.py). No option: this checkout, as "ours"."""

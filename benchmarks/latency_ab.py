@@ -96,10 +96,11 @@ def system_runs(systems: dict[str, str], attentions: list[str]) -> dict[str, tup
 
 
 def main():
+    from common import ab_systems, add_system_option, linear_params, model_folder
+
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path)
-    parser.add_argument("--system", action="append", default=[],
-                        help="NAME=PYTHONPATH (empty: this checkout); none: this checkout, as ours")
+    add_system_option(parser)
     parser.add_argument("--models", default="minilm-l6,bert-base,qwen3-0.6b")
     parser.add_argument("--lengths", default="16,128")
     parser.add_argument("--rounds", type=int, default=3)
@@ -115,7 +116,6 @@ def main():
         return
     import torch
 
-    from common import ab_systems, linear_params, model_folder
     with torch.device("cuda"):  # random weights made on the device: seconds
         folders = {name: str(model_folder(name, args.cache)) for name in args.models.split(",")}
     throughput = [int(n) for n in args.throughput.split("x")] if args.throughput else None

@@ -22,7 +22,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from common import ab_systems
+from common import ab_systems, add_system_option
 from http_clients import closed_loop, run_async
 from http_servers import OURS_READY, Server
 from workloads import texts_of
@@ -73,8 +73,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path)
     parser.add_argument("--model", type=Path, required=True)
-    parser.add_argument("--system", action="append", default=[],
-                        help="NAME=PYTHONPATH (empty: this checkout); none: this checkout, as ours")
+    add_system_option(parser)
     parser.add_argument("--system-env", action="append", default=[], help="NAME:VAR=VALUE for that system's servers")
     parser.add_argument("--system-args", action="append", default=[],
                         help="NAME:ARGS, more `embedpipe serve` options for that system's servers (e.g. --idle-spin-us 0)")
