@@ -3,8 +3,8 @@ split_k_bench.py).
 
     python benchmarks/ab_report.py RESULTS_DIR > RESULTS_DIR/tables.md
 
-Every latency-ab.json, serve-online-ab.json, linear-act.json and split-k*.json under RESULTS_DIR becomes one table, titled by
-its folder; nothing is typed by hand.
+Every latency-ab.json, serve-online-ab.json, linear-act.json and split-k*.json under RESULTS_DIR becomes one table,
+titled by its folder; nothing is typed by hand.
 """
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from pathlib import Path
 
 def latency_table(data: dict) -> list[str]:
     systems = list(data["rounds"])
-    lines = ["| model, batch | " + " | ".join(f"{s} p50 ms (min-max of rounds)" for s in systems) + " | after / before |",
+    lines = ["| model, batch | " + " | ".join(f"{s} p50 ms (min-max of rounds)" for s in systems)
+             + " | after / before |",
              "|---|" + "---|" * (len(systems) + 1)]
     for key, by_system in data["summary"].items():
         cells = [f"{v['median_ms']:.3f} ({v['min_ms']:.3f}-{v['max_ms']:.3f})" for v in by_system.values()]
@@ -30,14 +31,16 @@ def throughput_lines(throughput: dict) -> list[str]:
     if not throughput:
         return []
     systems = list(next(iter(throughput.values())))
-    lines = ["", "| model, batch (two in flight) | " + " | ".join(f"{s} M tokens/s (min-max) | {s} MFU" for s in systems)
+    lines = ["", "| model, batch (two in flight) | " + " | ".join(f"{s} M tokens/s (min-max) | {s} MFU"
+                                                                  for s in systems)
              + " |", "|---|" + "---|---|" * len(systems)]
     for key, by_system in throughput.items():
-        cells = [f"{v['m_tokens_per_s']:.3f} ({v['min']:.3f}-{v['max']:.3f}) | {v['mfu']:.1%}" for v in by_system.values()]
+        cells = [f"{v['m_tokens_per_s']:.3f} ({v['min']:.3f}-{v['max']:.3f}) | {v['mfu']:.1%}"
+                 for v in by_system.values()]
         lines.append(f"| {key} | " + " | ".join(cells) + " |")
     ceiling = next(iter(next(iter(throughput.values())).values()))["ceiling_tflops"]
-    return lines + ["", f"MFU: dense FLOPs per token x tokens/s over {ceiling:.0f} TFLOP/s, the median bf16 matmul rate "
-                        "the run's processes measured."]
+    return lines + ["", f"MFU: dense FLOPs per token x tokens/s over {ceiling:.0f} TFLOP/s, the median bf16 "
+                        "matmul rate the run's processes measured."]
 
 
 def serve_table(data: dict) -> list[str]:
@@ -52,8 +55,8 @@ def serve_table(data: dict) -> list[str]:
             for i, r in enumerate(results) if r.get("hops_ms")]
     if hops:
         phases = list(hops[0][1])
-        lines += ["", "Server-side time per hop, ms (x-*-time headers, median of 200 sequential requests, per round):", "",
-                  "| system, round | " + " | ".join(phases) + " |", "|---|" + "---|" * len(phases)]
+        lines += ["", "Server-side time per hop, ms (x-*-time headers, median of 200 sequential requests, per round):",
+                  "", "| system, round | " + " | ".join(phases) + " |", "|---|" + "---|" * len(phases)]
         lines += [f"| {name} | " + " | ".join(f"{h[p]:.3f}" for p in phases) + " |" for name, h in hops]
     return lines + [f"\n{len(next(iter(data['rounds'].values())))} round(s) per system, alternating; a fresh server "
                     "process each."]
@@ -99,8 +102,8 @@ def split_k_table(data: dict) -> list[str]:
         lines.append(f"| {shape} | {tokens} | {base:.1f} | {picked:.1f} ({config['block_m']}x{config['block_n']}x"
                      f"{config['block_k']}, {config['splits']}) | {f'{swept[0]:.1f} ({swept[1]})' if swept else '-'} | "
                      f"{picked / base:.2f} |")
-    return lines + [f"\nDevice time per call of the pair (matmul, add-and-norm), the calls replayed in one CUDA graph, each "
-                    f"on its own copy of the weights; {data['device']}, torch {data['torch']}."]
+    return lines + [f"\nDevice time per call of the pair (matmul, add-and-norm), the calls replayed in one CUDA graph, "
+                    f"each on its own copy of the weights; {data['device']}, torch {data['torch']}."]
 
 
 def main():

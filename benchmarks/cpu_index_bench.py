@@ -103,16 +103,19 @@ def table_md(results: dict) -> str:
         st_rate = f"{st['texts_per_s']:.1f}" if st else "-"
         ratio = f"{ours['texts_per_s_job'] / st['texts_per_s']:.2f}" if st else "-"
         lines.append(f"| {rows} | {ours['texts_per_s_job']:.1f} | {ours['texts_per_s_wall']:.1f} | {st_rate} | {ratio} "
-                     f"| {ours['median_rss_mib']:.0f} / {ours['peak_rss_mib']:.0f} / {ours['peak_rss_with_workers_mib']:.0f} |")
+                     f"| {ours['median_rss_mib']:.0f} / {ours['peak_rss_mib']:.0f} / "
+                     f"{ours['peak_rss_with_workers_mib']:.0f} |")
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, nargs="+", default=[10000, 20000])
-    parser.add_argument("--peer-rows", type=int, default=None, help="rows sentence-transformers encodes (default: the largest)")
+    parser.add_argument("--peer-rows", type=int, default=None,
+                        help="rows sentence-transformers encodes (default: the largest)")
     parser.add_argument("--index-args", default="", help="extra `embedpipe index` options, e.g. '--workers 0'")
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / f"{time.strftime('%Y-%m-%d')}-cpu-index")
+    parser.add_argument("--out", type=Path,
+                        default=Path(__file__).parent / "results" / f"{time.strftime('%Y-%m-%d')}-cpu-index")
     args = parser.parse_args()
     peer_rows = args.peer_rows or max(args.rows)
     results = {"environment": {**environment(), "cpus": psutil.cpu_count(), "model": "all-MiniLM-L6-v2"},
@@ -121,7 +124,8 @@ def main() -> None:
         for rows in args.rows:
             texts = make_texts(rows)
             corpus = write_corpus(Path(tmp) / f"corpus-{rows}.parquet", texts)
-            entry = results["runs"][rows] = {"embedpipe": run_index(corpus, Path(tmp) / f"out-{rows}", args.index_args.split())}
+            entry = results["runs"][rows] = {"embedpipe": run_index(corpus, Path(tmp) / f"out-{rows}",
+                                                                    args.index_args.split())}
             if rows == peer_rows:
                 entry["sentence_transformers"], vectors = run_sentence_transformers(texts)
                 entry["min_cosine_vs_sentence_transformers"] = min_cosine(Path(tmp) / f"out-{rows}", vectors)

@@ -87,7 +87,8 @@ def _head_dim(folder: Path) -> int:
 
 def table(results: dict) -> str:
     env, ceiling = results["environment"], results["ceilings"]
-    lines = [f"# Engine benchmark, {env['date']}, {env.get('gpu')}, torch {env['torch']}, flashinfer {env['flashinfer']}",
+    lines = [f"# Engine benchmark, {env['date']}, {env.get('gpu')}, torch {env['torch']}, "
+             f"flashinfer {env['flashinfer']}",
              f"Ceilings measured in the same run: {ceiling['matmul_tflops']:.0f} TFLOP/s dense bf16, "
              f"{ceiling['copy_tbps']:.2f} TB/s copy.", "",
              "| model | variant | attention | 1x128 p50 ms | 1x128 p99 ms | 1x128 device ms | 64x512 M tok/s | MFU |",

@@ -31,7 +31,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from workloads import corpus_lengths, vocabulary_words  # noqa: E402
 
 TOKENS_PER_WORD = 1.0  # random vocabulary words of 3+ letters: about one MiniLM token each (measured: 1.02)
-MAX_SEQS = 1024  # BucketPolicy's largest sequence bucket  # random vocabulary words of 3+ letters: about this many MiniLM tokens each
+MAX_SEQS = 1024  # BucketPolicy's largest sequence bucket  # random vocabulary words of 3+ letters: about this many
+                 # MiniLM tokens each
 
 
 def random_corpus(path: Path, num_rows: int, model_folder: Path, seed: int = 0) -> Path:
@@ -85,7 +86,8 @@ def child(args) -> None:
     options = IndexOptions(inputs=(args.corpus,), output=args.output, device="cpu", workers=args.workers,
                            max_batch_tokens=16384, quiet=True)
     config = job_config(options)
-    before_self, before_children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    before_self, before_children = (resource.getrusage(resource.RUSAGE_SELF),
+                                    resource.getrusage(resource.RUSAGE_CHILDREN))
     start = time.perf_counter()
     result = job_module.run_job(config)
     wall = time.perf_counter() - start
@@ -119,8 +121,9 @@ def run_child(corpus: Path, output: Path, workers: int, py_spy: Path | None, ver
 
 
 def table(runs: list[dict]) -> str:
-    lines = ["| code | workers | rows | main process CPU µs/row [min-max] | feeding thread µs/row | writer thread µs/row "
-             "| worker CPU µs/token | rows/s (job) | tokens/s (job) | wall s |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| code | workers | rows | main process CPU µs/row [min-max] | feeding thread µs/row "
+             "| writer thread µs/row | worker CPU µs/token | rows/s (job) | tokens/s (job) | wall s |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     cell = lambda value, fmt="{:.2f}": "-" if value is None else fmt.format(value)
     for r in runs:
         lines.append(f"| {r['version']} | {r['workers']} | {r['rows']:,} | {r['main_us_per_row']:.2f} "

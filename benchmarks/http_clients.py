@@ -189,7 +189,8 @@ def batch_stats(before: dict, after: dict) -> dict:
     if not delta("embedpipe_batch_sequences_count"):
         return {}
     return {"mean_batch_sequences": delta("embedpipe_batch_sequences_sum") / delta("embedpipe_batch_sequences_count"),
-            "mean_queue_ms": 1e3 * delta("embedpipe_queue_seconds_sum") / max(delta("embedpipe_queue_seconds_count"), 1)}
+            "mean_queue_ms": 1e3 * delta("embedpipe_queue_seconds_sum")
+                             / max(delta("embedpipe_queue_seconds_count"), 1)}
 
 
 def concurrency(server, payloads: list[bytes], clients: int, sizes) -> dict:

@@ -263,11 +263,13 @@ def headline(run: dict) -> str:
         line += "" if per_token is None else f", workers {per_token:.3f} µs/token ({run['child_processes']} processes)"
         if run.get("start_s") is not None:
             cpu = run.get("host_cpu_s") or {}
-            line += (f", start {run['start_s']:.1f} s, finish {run['finish_s']:.1f} s (index {run.get('index_build_s') or 0:.1f})"
+            line += (f", start {run['start_s']:.1f} s, finish {run['finish_s']:.1f} s "
+                     f"(index {run.get('index_build_s') or 0:.1f})"
                      f", main thread {cpu.get('main_thread', 0):.1f} s, writer {cpu.get('writer_thread', 0):.1f} s CPU")
         startup = run.get("startup") or {}
         if startup.get("process_s") is not None:
-            line += (f"; before the clock: process {startup['process_s']:.1f} s, engine {startup.get('engine_s') or 0:.1f} s"
+            line += (f"; before the clock: process {startup['process_s']:.1f} s, "
+                     f"engine {startup.get('engine_s') or 0:.1f} s"
                      f" (warm-up {startup.get('warm_up_s') or 0:.1f}), prepare {startup.get('prepare_s') or 0:.1f} s;"
                      f" exit {run.get('exit_s', 0):.1f} s")
     return line + (f", SM clock {run['clocks']['sm_mhz']} MHz" if run.get("clocks") else "")

@@ -1,12 +1,13 @@
 """Multi-GPU scaling of `embedpipe index --devices` (and `--ray`) on one host, with the same output as one GPU.
 
     . benchmarks/gpu_setup.sh
-    python benchmarks/multi_gpu_scaling.py [--models bert-base,qwen3-0.6b] [--rows 1000000,400000] [--gpus 1,2,4] [--ray local] [--rounds 3]
+    python benchmarks/multi_gpu_scaling.py [--models bert-base,qwen3-0.6b] [--rows 1000000,400000] [--gpus 1,2,4]
+        [--ray local] [--rounds 3]
     python benchmarks/multi_gpu_scaling.py --cpu --rows 20000 --models tiny-bert --gpus 1,2   # tries it on CPU engines
 
 Per model (MiniLM, or a random-weight folder of a shape: common.model_folder): a corpus of
-realistic lengths (workloads.py; at most DISTINCT_TEXTS different texts, repeated); then `--devices 0` (the reference), `--devices 0,1`,
-`--devices 0,1,2,3` (each count of --gpus this machine has: one engine process per GPU, units from
+realistic lengths (workloads.py; at most DISTINCT_TEXTS different texts, repeated); then `--devices 0` (the reference),
+`--devices 0,1`, `--devices 0,1,2,3` (each count of --gpus this machine has: one engine process per GPU, units from
 a shared queue) and, with --ray, Ray Data on every GPU. The runs alternate over --rounds rounds (x1, x2, ...,
 Ray, x1, ...), each a fresh `embedpipe index` process after the GPUs are warmed; a figure is the median of the
 rounds [min-max], and a speed-up (tokens/s on the job clock, and wall time) is taken round by round against
@@ -173,7 +174,8 @@ def summary(results: list[dict]) -> dict:
            "spread": {key: spread([r[key] for r in results]) for key in FIGURES if all(key in r for r in results)}}
     out.update({key: value["median"] for key, value in out["spread"].items()})
     if all("gpu_busy_per_device" in r for r in results):
-        out["gpu_busy_per_device"] = [float(np.median(busy)) for busy in zip(*(r["gpu_busy_per_device"] for r in results))]
+        out["gpu_busy_per_device"] = [float(np.median(busy))
+                                      for busy in zip(*(r["gpu_busy_per_device"] for r in results))]
     compared = [r for r in results if "min_cosine" in r]  # all but the reference (round 1's first run)
     if compared:
         out.update(min_cosine=min(r["min_cosine"] for r in compared),
@@ -218,7 +220,8 @@ def table(models: dict) -> str:
             units = " ".join(map(str, r["units_per_engine"]))
             lines.append(f"| {name} | {run} | {r['num_engines']} | {units} | {figure('tokens_per_s', ',.0f')} | "
                          f"{figure('embeddings_per_s', ',.0f')} | {figure('wall_s', '.1f')} | {busy_cell(r)} | "
-                         f"{times('speedup')} | {target('target')} | {times('wall_speedup')} | {target('wall_target')} | "
+                         f"{times('speedup')} | {target('target')} | {times('wall_speedup')} | "
+                         f"{target('wall_target')} | "
                          f"{ray} | {cosine} | {'passed' if r['verify_passed'] else 'FAILED'} | {r['ok']} |")
     return "\n".join(lines) + "\n"
 
@@ -247,7 +250,8 @@ def plot(models: dict, folder: Path) -> None:
     fig, ax = plt.subplots(figsize=(5, 4))
     counts = set()
     for name, m in models.items():
-        points = sorted((int(run.rsplit("x", 1)[1]), r["speedup"]["median"]) for run, r in m["runs"].items() if "speedup" in r)
+        points = sorted((int(run.rsplit("x", 1)[1]), r["speedup"]["median"])
+                        for run, r in m["runs"].items() if "speedup" in r)
         if points:
             points = [(1, 1.0), *points]  # the reference, one GPU
             ax.plot(*zip(*points), "-o", label=name)

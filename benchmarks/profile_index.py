@@ -1,7 +1,8 @@
 """Where an `embedpipe index` run spends its time: CPU per process role over time, GPU use, py-spy stacks.
 
     . benchmarks/gpu_setup.sh
-    python benchmarks/profile_index.py --model bert-base --rows 200000 --run "--device cuda" --run "--devices 0,1" --out DIR
+    python benchmarks/profile_index.py --model bert-base --rows 200000 --run "--device cuda" --run "--devices 0,1"
+        --out DIR
 
 Each --run is one `embedpipe index` of the same corpus (workloads.py lengths) with those options
 (leading NAME=VALUE words set environment variables).
@@ -167,7 +168,8 @@ def summary(runs: dict[str, dict]) -> str:
     for name, r in runs.items():
         m = r.get("metrics", {})
         lines.append(f"## {name}: exit {r['returncode']}, wall {r['wall_s']:.1f} s, job {m.get('seconds', 0):.1f} s, "
-                     f"{m.get('embeddings_per_s', 0):,.0f} rows/s, graphs {m.get('engine')}, batches {m.get('batches')}")
+                     f"{m.get('embeddings_per_s', 0):,.0f} rows/s, graphs {m.get('engine')}, "
+                     f"batches {m.get('batches')}")
         busy = [s for s in r["samples"] if any(u > 0 for u in s["gpu"])]
         if busy:
             mean = lambda key: sum(s.get(key, 0) for s in busy) / len(busy)
@@ -178,13 +180,15 @@ def summary(runs: dict[str, dict]) -> str:
             lines.append("threads over half a core, mean while busy: " + ", ".join(
                 f"{name} {n / len(busy):.1f}" for name, n in threads.most_common()))
             lines.append(f"while a GPU was busy ({len(busy) * SAMPLE_S:.1f} s): cores used main {mean('main'):.2f}, "
-                         f"engines {mean('engine'):.2f}, tokenizers {mean('tokenizer'):.2f}, other {mean('other'):.2f}, "
+                         f"engines {mean('engine'):.2f}, tokenizers {mean('tokenizer'):.2f}, "
+                         f"other {mean('other'):.2f}, "
                          f"machine {mean('machine'):.1f}; GPU utilisation % {[round(u) for u in gpu]}")
         first_busy = busy[0]["t"] if busy else None
         lines.append(f"first GPU activity at {first_busy} s of {r['wall_s']:.1f}")
         for role, tops in r.get("top_functions", {}).items():
             for kind, functions in tops.items():
-                lines.append(f"- {role}, {kind} (seconds of samples): " + "; ".join(f"{f} {s}" for f, s in functions[:14]))
+                lines.append(f"- {role}, {kind} (seconds of samples): "
+                             + "; ".join(f"{f} {s}" for f, s in functions[:14]))
         lines.append("")
     return "\n".join(lines)
 

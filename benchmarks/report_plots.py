@@ -67,7 +67,8 @@ def grouped_bars(ax, groups: dict[str, dict[str, dict]], ylabel: str, title: str
     for i, name in enumerate(series):
         points = [(j + i * width, g[name]) for j, g in enumerate(groups.values()) if name in g]
         medians = [v["median"] for _, v in points]
-        errors = [[m - v["min"] for m, (_, v) in zip(medians, points)], [v["max"] - m for m, (_, v) in zip(medians, points)]]
+        errors = [[m - v["min"] for m, (_, v) in zip(medians, points)],
+                  [v["max"] - m for m, (_, v) in zip(medians, points)]]
         ax.bar([x for x, _ in points], medians, width, yerr=errors, capsize=2, label=name)
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(groups))], list(groups), fontsize=7)
     ax.set_yscale("log")

@@ -155,7 +155,8 @@ def ratios(models: dict):
         for kind, entry in http.get("concurrency", {}).items():
             for clients, row in entry["levels"].items():
                 yield f"{model}, HTTP {kind} x {clients} clients p50 vs the peer", row["vs"]["peer"]
-                yield f"{model}, HTTP {kind} x {clients} clients requests/s vs the peer", row["vs"]["peer_requests_per_s"]
+                yield (f"{model}, HTTP {kind} x {clients} clients requests/s vs the peer",
+                       row["vs"]["peer_requests_per_s"])
         for system, vs in (r.get("indexing") or {}).get("vs", {}).items():
             for clock, value in vs.items():
                 yield f"{model}, index ({clock.replace('_', ' ')}) vs {system}", value

@@ -180,7 +180,8 @@ def bench_model(ctx: ModelRun, suites: list[str], after_suite) -> dict:
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="CPU smoke run: the default model, small sizes, 2 rounds")
-    parser.add_argument("--models", default=None, help=f"comma-separated (default: {','.join(MODELS)}; --quick: minilm)")
+    parser.add_argument("--models", default=None,
+                        help=f"comma-separated (default: {','.join(MODELS)}; --quick: minilm)")
     parser.add_argument("--suites", default=",".join(SUITES), help=f"comma-separated of {', '.join(SUITES)}")
     parser.add_argument("--sizes", choices=sorted(PRESETS), default=None,
                         help="sizes.py's preset (default: full; --quick: quick)")

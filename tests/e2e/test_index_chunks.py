@@ -76,8 +76,10 @@ def test_embed_and_the_python_api_cut_the_same_windows(job, tmp_path):
     result = run_cli("embed", *docs[:3], *WINDOWS, "--device", "cpu")
     assert result.exit_code == 0, result.output
     lines = [json.loads(line) for line in result.stdout.splitlines()]
-    assert [(line["input"] + 100, line["chunk"], line["char_start"], line["char_end"], line["text"]) for line in lines] \
-        == [(r["id"], r["chunk"], r["char_start"], r["char_end"], r["text"]) for r in stored.drop(["embedding"]).to_pylist()]
+    assert [(line["input"] + 100, line["chunk"], line["char_start"], line["char_end"], line["text"])
+            for line in lines] \
+        == [(r["id"], r["chunk"], r["char_start"], r["char_end"], r["text"])
+            for r in stored.drop(["embedding"]).to_pylist()]
     assert cosine(np.array([line["embedding"] for line in lines]), vectors_of(stored)).min() >= 0.9999
     windows = embedpipe.Embedder(device="cpu").encode_windows(docs[:3], 48, chunk_overlap=8, chunk_on="sentence")
     assert windows.text_index.tolist() == [line["input"] for line in lines]
@@ -165,7 +167,8 @@ def test_other_windows_on_the_same_output_are_refused(job):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--chunk-overlap", "4"], "--chunk-overlap, --chunk-on and --late-chunking shape the windows of --chunk-tokens; give it too"),
+    (["--chunk-overlap", "4"], "--chunk-overlap, --chunk-on and --late-chunking shape the windows of --chunk-tokens; "
+                               "give it too"),
     (["--chunk-tokens", "0"], "--chunk-tokens must be a positive integer, not 0"),
     (["--chunk-tokens", "300"], "--chunk-tokens 300 is more than the max length 256 (the model's max_seq_length, or "
                                 "--max-length)"),

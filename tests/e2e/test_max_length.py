@@ -55,4 +55,5 @@ def test_a_max_length_outside_the_model_is_a_one_line_usage_error(tmp_path, valu
     for args in (["embed", "x"], ["index", tmp_path, "--output", tmp_path / "out"]):
         result = run_cli(*args, "--max-length", value, "--device", "cpu")
         assert result.returncode == 2, result.stderr
-        assert result.stderr.strip() == f"embedpipe: error: max-length must be from 1 to the model's max_seq_length 256, not {value}"
+        assert result.stderr.strip() == ("embedpipe: error: max-length must be from 1 to the model's max_seq_length "
+                                         f"256, not {value}")

@@ -31,7 +31,8 @@ def test_importing_embedpipe_loads_no_torch_and_names_its_version():
     code = "import sys, embedpipe; print(embedpipe.__version__, 'torch' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.stdout.split() == [version("embedpipe"), "False"], result.stderr
-    assert {"Embedder", "index", "open_index", "SearchIndex", "UserError", "JobFault", "OutputLocked"} <= set(embedpipe.__all__)
+    assert {"Embedder", "index", "open_index", "SearchIndex", "UserError", "JobFault",
+            "OutputLocked"} <= set(embedpipe.__all__)
     assert "embedpipe.Embedder()" in embedpipe.__doc__ and "[len(inputs), width]" in embedpipe.Embedder.encode.__doc__
 
 

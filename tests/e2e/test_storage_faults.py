@@ -136,7 +136,8 @@ def test_a_rerun_repairs_damaged_outputs(tmp_path, tiny_model, damage):
     JSONDecodeError); a unit file that lost rows and a missing index.faiss were taken as done."""
     write_corpus(tmp_path / "in", variant_texts(80), num_files=2, row_group_size=20)  # 4 units
     out = tmp_path / "out"
-    args = ["index", tmp_path / "in", "--output", out, "--model", tiny_model, "--device", "cpu", "--rows-per-unit", "20"]
+    args = ["index", tmp_path / "in", "--output", out, "--model", tiny_model, "--device", "cpu",
+            "--rows-per-unit", "20"]
     assert invoke(*args).exit_code == 0
     unit = sorted((out / "embeddings").iterdir())[1]
     if damage == "truncated to half":

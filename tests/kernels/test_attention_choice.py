@@ -129,7 +129,8 @@ def test_selected_attention_runs_each_batch_size_on_its_backend_and_keys_graphs_
         key = attn.graph_key(batch)
         assert key == (*batch.key, "own", name)
         attn.plan(batch.cu_seqlens, batch.num_seqs, key)  # captured or replayed: the key names the backend
-        assert backend.plans[-1] == (batch.key[0], (*batch.key, "own")) and attn.forward(q, q, q)[0, 0, 0] == backend.mark
+        assert (backend.plans[-1] == (batch.key[0], (*batch.key, "own"))
+                and attn.forward(q, q, q)[0, 0, 0] == backend.mark)
         attn.plan(batch.cu_seqlens, batch.num_seqs)  # eager: chosen by the batch's padded tokens
         assert backend.plans[-1] == (batch.key[0], None) and attn.forward(q, q, q)[0, 0, 0] == backend.mark
     assert len(small.plans) == len(large.plans) == 2

@@ -18,7 +18,8 @@ from support.rerank_reference import cross_encoder_scores, qwen3_reranker_scores
 
 SHAPES = {"tiny-bert-cross-encoder": cross_encoder_scores, "tiny-xlm-roberta-cross-encoder": cross_encoder_scores,
           "tiny-qwen3-reranker": qwen3_reranker_scores, "tiny-qwen3-reranker-untied": qwen3_reranker_scores}
-MAX_LENGTH = 224  # below the longest pair (Qwen3-Reranker's template takes ~100 of it): its document is cut, as the references cut it
+MAX_LENGTH = 224  # below the longest pair (Qwen3-Reranker's template takes ~100 of it): its document is cut, as the
+                  # references cut it
 
 
 @pytest.fixture(scope="module", params=sorted(SHAPES))
@@ -74,7 +75,8 @@ def test_a_bad_document_in_a_later_chunk_is_named_by_its_number_in_the_request(r
         score_documents(engine, tokenizer, "a query", docs[:37] + [""] + docs[38:], small)
     with pytest.raises(PairError, match=f"document {len(docs) - 1}: with the query, it is longer"):
         score_documents(engine, tokenizer, "a query", docs, small, truncate=False)
-    assert score_documents(engine, tokenizer, "a query", docs[:3], small).scores.shape == (3,)  # the engine still serves
+    assert score_documents(engine, tokenizer, "a query", docs[:3], small).scores.shape == (3,)  # the engine still
+                                                                                                # serves
 
 
 def test_each_chunk_is_launched_before_the_next_is_tokenized(reranker, texts, monkeypatch):

@@ -35,7 +35,8 @@ def variant_texts(num_rows: int) -> list[str]:
     return texts
 
 
-def write_corpus(folder: Path, texts: list[str], num_files: int, row_group_size: int, first_id: int = 1000) -> list[Path]:
+def write_corpus(folder: Path, texts: list[str], num_files: int, row_group_size: int,
+                 first_id: int = 1000) -> list[Path]:
     """Parquet files part-0..: columns id (int64, unique), text and source (kept in some tests)."""
     folder.mkdir(parents=True, exist_ok=True)
     paths = []

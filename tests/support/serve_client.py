@@ -34,7 +34,8 @@ class ServerProcess:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
-        command = [sys.executable, "-m", "embedpipe.cli.main", "serve", "--port", str(self.port), "--device", "cpu", *args]
+        command = [sys.executable, "-m", "embedpipe.cli.main", "serve", "--port", str(self.port), "--device", "cpu",
+                   *args]
         # env: variables set on top of this process's, less an API key the test run may have (the server stays open)
         env = {**{k: v for k, v in os.environ.items() if k != "EMBEDPIPE_API_KEY"}, **(env or {})}
         with open(log, "w") as out:

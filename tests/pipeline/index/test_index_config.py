@@ -31,7 +31,8 @@ def test_toml_names_take_dashes_or_underscores_and_are_typed(tmp_path):
 def test_command_line_wins_over_the_file(tmp_path):
     path = write_toml(tmp_path, 'dim = 64\ntext-column = "body"\noutput = "from-file"\n')
     options = merge_options(path, {"dim": 32, "inputs": ("x.parquet",)})
-    assert (options.dim, options.text_column, options.output, options.inputs) == (32, "body", "from-file", ("x.parquet",))
+    assert (options.dim, options.text_column, options.output, options.inputs) == (32, "body", "from-file",
+                                                                                  ("x.parquet",))
     assert merge_options(None, {}) == IndexOptions()
 
 
@@ -64,7 +65,8 @@ def test_missing_config_file(tmp_path):
     ({"prompt": "q: ", "prompt_name": "query"}, "either prompt or prompt-name"),
     ({"workers": -1}, "workers must be >= 0"),
     ({"rows_per_unit": 0}, "must be positive"),
-    ({"chunk_overlap": 4}, "--chunk-overlap, --chunk-on and --late-chunking shape the windows of --chunk-tokens; give it too"),
+    ({"chunk_overlap": 4}, "--chunk-overlap, --chunk-on and --late-chunking shape the windows of --chunk-tokens; "
+                           "give it too"),
     ({"late_chunking": True}, "--chunk-overlap, --chunk-on and --late-chunking shape the windows of --chunk-tokens; "
                               "give it too"),
     ({"chunk_on": "sentence"}, "give it too"),
@@ -83,7 +85,8 @@ def test_chunk_options_come_from_the_command_line_or_a_file(tmp_path):
     from embedpipe.pipeline.text.chunking import ChunkConfig
 
     path = write_toml(tmp_path, 'chunk-tokens = 128\nchunk_on = "sentence"\n')
-    assert job_config(merge_options(path, {"inputs": ("x",), "output": "out"})).chunking == ChunkConfig(128, 0, "sentence")
+    assert (job_config(merge_options(path, {"inputs": ("x",), "output": "out"})).chunking
+            == ChunkConfig(128, 0, "sentence"))
     given = merge_options(path, {"inputs": ("x",), "output": "out", "chunk_overlap": 16})
     assert job_config(given).chunking == ChunkConfig(128, 16, "sentence")
     assert job_config(IndexOptions(inputs=("x",), output="out")).chunking is None

@@ -396,7 +396,8 @@ def test_a_shards_rerun_removes_its_own_temporaries_and_merge_removes_a_killed_m
     shard = ["--rows-per-unit", "10", "--num-shards", "2"]
     assert index(tmp_path / "in", "--output", tmp_path / "out", *shard, "--shard-index", "0").exit_code == 0
     units = json.loads((tmp_path / "out" / "units.json").read_text())["units"]
-    mine, theirs = unit_file(tmp_path / "out", "embeddings", units[0]), unit_file(tmp_path / "out", "embeddings", units[1])
+    mine, theirs = (unit_file(tmp_path / "out", "embeddings", units[0]),
+                    unit_file(tmp_path / "out", "embeddings", units[1]))
     partial_mine = mine.parent / f".{mine.name}.tmp-123-abc"
     partial_theirs = theirs.parent / f".{theirs.name}.tmp-456-def"
     partial_mine.write_bytes(b"partial"), partial_theirs.write_bytes(b"partial")

@@ -175,7 +175,8 @@ def test_tokenize_shards_cover_the_job_once(corpus, tmp_path):
         result = invoke("tokenize", corpus, "--output", tmp_path / f"shard{shard}", "--shard-index", shard,
                         "--num-shards", 2, "-q")
         assert result.exit_code == 0, result.stderr
-    ids = [i for shard in range(2) for i in pq.read_table(tmp_path / f"shard{shard}" / "tokens").column("id").to_pylist()]
+    ids = [i for shard in range(2)
+           for i in pq.read_table(tmp_path / f"shard{shard}" / "tokens").column("id").to_pylist()]
     assert sorted(ids) == [1000 + row for row in range(NUM_ROWS) if row != 7]  # row 7 is rejected
 
 

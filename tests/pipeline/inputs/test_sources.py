@@ -9,8 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from embedpipe.pipeline.inputs import sources
-from embedpipe.pipeline.inputs.sources import (ColumnSpec, InputError, WorkUnit, bad_text_reasons, jsonl_lines, list_units,
-                                              read_unit)
+from embedpipe.pipeline.inputs.sources import (ColumnSpec, InputError, WorkUnit, bad_text_reasons, jsonl_lines,
+                                               list_units, read_unit)
 
 
 def write_parquet(path, num_rows, row_group_size=10, **extra):

@@ -138,7 +138,8 @@ def test_vectors_held_in_memory_build_the_index_the_files_build(tmp_path, dtype_
     build_index([tmp_path / "out"], tmp_path / "from-memory", normalized=normalized, in_memory=in_memory)
     for name in ("index_ids.parquet", "index.json"):
         assert (tmp_path / "from-files" / name).read_bytes() == (tmp_path / "from-memory" / name).read_bytes()
-    ours, theirs = (faiss.read_index(str(tmp_path / folder / "index.faiss")) for folder in ("from-memory", "from-files"))
+    ours, theirs = (faiss.read_index(str(tmp_path / folder / "index.faiss"))
+                    for folder in ("from-memory", "from-files"))
     assert ours.ntotal == theirs.ntotal == 700
     assert np.array_equal(ours.reconstruct_n(0, 700), theirs.reconstruct_n(0, 700))
 

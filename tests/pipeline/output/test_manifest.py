@@ -6,8 +6,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from embedpipe.pipeline.output.manifest import (SettingsMismatch, check_or_write_settings, check_settings, completed_units,
-                                         mark_done)
+from embedpipe.pipeline.output.manifest import (SettingsMismatch, check_or_write_settings, check_settings,
+                                                completed_units, mark_done)
 from embedpipe.pipeline.output.sinks import UnitWriter
 from embedpipe.pipeline.inputs.sources import WorkUnit
 

@@ -21,7 +21,8 @@ def exact_recall_at_10(index, vectors: np.ndarray, queries: np.ndarray) -> float
 
 
 # data on which FAISS's defaults (nprobe 1, efSearch 16) fall short of the target
-@pytest.mark.parametrize("factory, parameter, num_clusters", [("IVF32,Flat", "nprobe", 400), ("HNSW8", "efSearch", 1000)])
+@pytest.mark.parametrize("factory, parameter, num_clusters", [("IVF32,Flat", "nprobe", 400),
+                                                              ("HNSW8", "efSearch", 1000)])
 def test_the_written_index_searches_with_the_parameter_that_reaches_the_target(tmp_path, factory, parameter,
                                                                                num_clusters):
     vectors = clustered_vectors(3000, 32, num_clusters, spread=1.0)

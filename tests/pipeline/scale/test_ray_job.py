@@ -95,7 +95,8 @@ def test_ray_writes_what_a_local_run_writes(ray_session, corpus, tmp_path):
     # Ray starts its engine actors inside the pipeline: the job clock starts once the first is ready, as a local
     # run's starts once its engine is loaded (then nothing lies between the progress opening and the clock)
     local_metrics = json.loads((local / "metrics.json").read_text())
-    assert metrics["startup"]["engine_start_in_pipeline_s"] > 0.0 == local_metrics["startup"]["engine_start_in_pipeline_s"]
+    assert (metrics["startup"]["engine_start_in_pipeline_s"] > 0.0
+            == local_metrics["startup"]["engine_start_in_pipeline_s"])
     assert metrics["start_s"] >= metrics["startup"]["engine_start_in_pipeline_s"]
 
 
@@ -141,7 +142,8 @@ def test_tokenize_on_ray_writes_what_a_local_tokenize_writes(ray_session, corpus
     names = sorted(os.listdir(tmp_path / "local" / "tokens"))
     assert names == sorted(os.listdir(tmp_path / "ray" / "tokens")) and len(names) == 5
     for name in names:
-        assert pq.read_table(tmp_path / "ray" / "tokens" / name).equals(pq.read_table(tmp_path / "local" / "tokens" / name))
+        assert pq.read_table(tmp_path / "ray" / "tokens" / name).equals(
+            pq.read_table(tmp_path / "local" / "tokens" / name))
     ours, theirs = (json.loads((tmp_path / run / "metrics.json").read_text()) for run in ("ray", "local"))
     assert (ours["rows"], ours["rejected_rows"], ours["tokens"]) == (theirs["rows"], theirs["rejected_rows"],
                                                                    theirs["tokens"]) == (161, 2, theirs["tokens"])

@@ -43,7 +43,8 @@ def test_response_is_sorted_cut_to_top_n_with_documents():
     scores = np.array([0.1, 0.9, 0.1], dtype=np.float32)
     body = json.loads(rerank_response(Scored(scores, np.argsort(-scores, kind="stable"), 1), req, "m", 7))
     assert [r["index"] for r in body["results"]] == [1, 0]  # ties: the earlier document first
-    assert body["results"][0]["document"] == {"text": "b"} and body["results"][0]["relevance_score"] == pytest.approx(0.9)
+    assert (body["results"][0]["document"] == {"text": "b"}
+            and body["results"][0]["relevance_score"] == pytest.approx(0.9))
     assert body["usage"] == {"prompt_tokens": 7, "total_tokens": 7, "truncated_documents": 1}
 
 

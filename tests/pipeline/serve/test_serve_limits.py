@@ -44,9 +44,11 @@ def test_a_full_queue_gets_429_a_stuck_request_504_and_the_server_recovers(minil
             assert response.status_code == 504 and "longer than 1 s" in error(response)
         engine.gate.set()
         text = "served again once the engine moves"
-        assert cosine(vectors(embed(live.url, input=text)), embed_texts(minilm, make_tokenizer(minilm), [text])) >= 0.9999
+        assert cosine(vectors(embed(live.url, input=text)),
+                      embed_texts(minilm, make_tokenizer(minilm), [text])) >= 0.9999
         for status in ("429", "504", "200"):
-            assert f'embedpipe_requests_total{{endpoint="embeddings",status="{status}"}}' in httpx.get(live.url + "/metrics").text
+            assert (f'embedpipe_requests_total{{endpoint="embeddings",status="{status}"}}'
+                    in httpx.get(live.url + "/metrics").text)
         assert metric(live.url, "embedpipe_requests_active") == 0
 
 

@@ -293,7 +293,8 @@ def test_at_most_max_in_flight_batches_run_at_once(minilm, max_in_flight):
             time.sleep(0.001)
 
     async def main():  # one sequence per batch
-        scheduler = Scheduler(engine, BatcherConfig(max_batch_tokens=512, max_batch_seqs=1), max_in_flight=max_in_flight)
+        scheduler = Scheduler(engine, BatcherConfig(max_batch_tokens=512, max_batch_seqs=1),
+                              max_in_flight=max_in_flight)
         jobs = [scheduler.submit(sequences(1, 20, seed=i)) for i in range(12)]
         results = await asyncio.gather(*(job.future for job in jobs))
         scheduler.close()

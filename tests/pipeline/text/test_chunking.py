@@ -103,7 +103,8 @@ def test_windows_equal_the_reference_on_random_texts(tokenizer_files, kind, conf
     texts = [random_text(rng) for _ in range(60)] + ["", "\x00\x01\x1b", "[CLS] [SEP] [PAD]", "short.", "🙂" * 40]
     for text, windows in zip(texts, cutter.windows(texts)):
         encoding = whole_text_tokenizer(tokenizer_files[kind]).encode(text, add_special_tokens=False)
-        expected = reference_windows(text, encoding.offsets, encoding.word_ids, cutter.budget, config.overlap, config.on)
+        expected = reference_windows(text, encoding.offsets, encoding.word_ids, cutter.budget, config.overlap,
+                                     config.on)
         got = list(zip(windows.token_start.tolist(), windows.token_end.tolist(), windows.char_start.tolist(),
                        windows.char_end.tolist()))
         assert got == expected, repr(text[:200])
@@ -155,7 +156,8 @@ def test_a_word_longer_than_a_window_is_cut_mid_word_and_sentences_end_windows()
     words = np.array([0, 0, 1, 1, 1, 2, 2, 3, 3, 3])
     ends_sentence = np.zeros(10, np.bool_)
     ends_sentence[1] = True  # token 1 ends a sentence
-    token, sentence = (cut_windows(offsets, words, ends_sentence, budget=6, overlap=0, on=on) for on in ("token", "sentence"))
+    token, sentence = (cut_windows(offsets, words, ends_sentence, budget=6, overlap=0, on=on)
+                       for on in ("token", "sentence"))
     assert list(zip(*token)) == [(0, 5), (5, 10)] and list(zip(*sentence)) == [(0, 2), (2, 7), (7, 10)]
     # a sentence end that would leave the window no longer than the overlap falls back to the word boundary
     assert list(zip(*cut_windows(offsets, words, ends_sentence, budget=6, overlap=2, on="sentence")))[0] == (0, 5)

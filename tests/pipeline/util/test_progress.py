@@ -34,7 +34,8 @@ def test_the_summary_is_the_last_line_and_a_resume_starts_at_the_done_rows(tmp_p
            "--rows-per-unit", "10"]
     first = CliRunner().invoke(app, run)
     assert first.exit_code == 0 and first.stderr.strip().splitlines()[-1].startswith("embedpipe: embedded 40 rows")
-    (tmp_path / "out" / "manifest").joinpath(sorted(p.name for p in (tmp_path / "out" / "manifest").iterdir())[0]).unlink()
+    (tmp_path / "out" / "manifest").joinpath(sorted(p.name
+                                                    for p in (tmp_path / "out" / "manifest").iterdir())[0]).unlink()
     resumed = CliRunner().invoke(app, run)
     assert resumed.exit_code == 0 and "3 already done, 1 to do" in resumed.stderr
     assert resumed.stderr.strip().splitlines()[-1].startswith("embedpipe: embedded 10 rows")
