@@ -38,6 +38,7 @@ def _close(got, want):
     (64, 128, 320, SplitConfig(64, 64, 64, 2)),  # 5 K steps: the second split holds 2 of them
     (64, 128, 128, SplitConfig(64, 32, 128, 1)),  # no split
     (128, 96, 768, SplitConfig(64, 32, 128, 2)),  # split_config's wide-K tiles: 3 steps of 128 a split
+    (100, 96, 1024, SplitConfig(128, 32, 128, 4)),  # its 128-row tiles, a partial row tile: 2 steps a split
     (64, 64, 256, SplitConfig(64, 64, 64, 8)),  # more splits asked than K steps: one step each, none empty
 ])
 def test_partials_add_up_to_the_matmul(tokens, n, k, config):
@@ -64,13 +65,27 @@ def test_split_config_fills_the_sms_with_no_empty_split(tokens, n, k):
 
 
 def test_split_config_splits_a_batch_of_one():
-    """BERT-base's FFN output at 1 x 128 tokens: 48 output tiles of 64 x 32 on 132 SMs, split 2 ways (12 steps of 128
-    each). Where those tiles would not split K, 64 x 64 x 64 ones do: MiniLM-L6's attention output (K = 384, three
+    """BERT-base's attention output at 1 x 128 tokens: 48 output tiles of 64 x 32 on 132 SMs, split 2 ways (3 steps of
+    128 each). Where those tiles would not split K, 64 x 64 x 64 ones do: MiniLM-L6's attention output (K = 384, three
     steps of 128; 12 tiles split 3 ways) and BERT-base's FFN output at 256 tokens (96 tiles of 64 x 32: one wave)."""
-    assert split_config(128, 768, 3072, 132) == SplitConfig(64, 32, 128, 2)
+    assert split_config(128, 768, 768, 132) == SplitConfig(64, 32, 128, 2)
     assert split_config(128, 384, 384, 132) == SplitConfig(64, 64, 64, 3)
     assert split_config(256, 768, 3072, 132) == SplitConfig(64, 64, 64, 2)
     assert split_config(4096, 768, 3072, 132).splits == 1  # 768 tiles: a full wave already
+
+
+def test_split_config_takes_128_row_tiles_where_the_split_makes_up_for_them():
+    """At 65-128 tokens: Qwen3-0.6B's o and down (32 tiles of 128 rows split 4 ways, as many programs as 64 tiles of
+    64 rows split 2 ways) and BERT-base's FFN output (24 tiles split 5 ways: 120 programs against 96) take 128-row
+    tiles; BERT-base's attention output (24 tiles split 3 ways: 72 against 96) and MiniLM-L6's FFN output (12 split 6
+    ways: 72 against 96) keep 64 rows; so does every projection at 64 tokens or fewer."""
+    assert split_config(128, 1024, 2048, 132) == SplitConfig(128, 32, 128, 4)
+    assert split_config(128, 1024, 3072, 132) == SplitConfig(128, 32, 128, 4)
+    assert split_config(128, 768, 3072, 132) == SplitConfig(128, 32, 128, 5)
+    assert split_config(128, 768, 768, 132) == SplitConfig(64, 32, 128, 2)
+    assert split_config(128, 384, 1536, 132) == SplitConfig(64, 32, 128, 4)
+    assert split_config(64, 1024, 2048, 132) == SplitConfig(64, 32, 128, 4)
+    assert split_config(16, 768, 3072, 132) == SplitConfig(64, 32, 128, 5)
 
 
 @pytest.mark.parametrize("bias", [True, False])
