@@ -1,4 +1,4 @@
-"""The script a user would otherwise write: a Parquet corpus -> sentence-transformers -> Parquet + FAISS (suite 5's peer).
+"""What a user would otherwise write: a Parquet corpus -> sentence-transformers -> Parquet + FAISS (suite 5's peer).
 
     python benchmarks/st_index.py CORPUS.parquet MODEL_FOLDER OUT_DIR [--batch-size 256] [--device cuda]
         [--default-batch-rows N]   # afterwards: encode the first N texts again at sentence-transformers' default, 32
