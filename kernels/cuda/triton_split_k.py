@@ -49,13 +49,15 @@ TOKEN_RANGE: tuple[int, int] | None = (1, 256)
 def split_config(num_tokens: int, n: int, k: int, num_sms: int) -> SplitConfig:
     """Tiles of 64 x 32 outputs over BLOCK_K = 128 where K is a multiple of 128 and they still split K at least two
     ways, else 64 x 64 over BLOCK_K = 64 (_tiled_split). At 65-128 tokens, tiles of 128 rows instead where their split
-    makes up the halved tile count (as many programs): each weight tile is then read by one program, not two.
+    makes up the halved tile count (at least as many programs): each weight tile is then read by one program, not two,
+    and each program's K loop is shorter. Only where the 64-row tiles split: on a GPU of fewer SMs, where they would
+    not, nothing measured the 128-row ones.
 
     64 x 32 x 128 against 64 x 64 x 64, engine at 1 x 128 tokens (H100, 3 rounds of fresh processes, graph replayed):
     BERT-base 0.329 -> 0.327 ms, Qwen3-0.6B 1.108 -> 1.090 (results/2026-12-07-h200-gelu-splitk, call 2); alone,
     BERT-base's o 6.24 -> 5.80 us at 128 tokens, 5.37 -> 5.38 at 64 (results/2026-12-06-h200-batch1-fusion, call 2).
     Where the narrower tiles fill the SMs without a split (BERT-base's FFN output at 256 tokens) nothing measured
-    them, so those keep the 64 x 64 x 64 split. 128-row tiles at 1 x 128, replayed (same H100, call 4): Qwen3-0.6B
+    them, so those keep the 64 x 64 x 64 split. 128-row tiles at 1 x 128, replayed (one H100, call 4): Qwen3-0.6B
     1.093 -> 1.001 ms (o and down: 32 tiles split 4 ways against 64 split 2); BERT-base 0.323 -> 0.322 with them
     in every projection; MiniLM-L6 0.108 -> 0.110, its FFN output's 12 tiles split only 6 ways (72 programs against
     96), which this rule leaves on 64 rows, as BERT-base's attention output (72 against 96)."""

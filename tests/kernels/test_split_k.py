@@ -38,7 +38,8 @@ def _close(got, want):
     (64, 128, 320, SplitConfig(64, 64, 64, 2)),  # 5 K steps: the second split holds 2 of them
     (64, 128, 128, SplitConfig(64, 32, 128, 1)),  # no split
     (128, 96, 768, SplitConfig(64, 32, 128, 2)),  # split_config's wide-K tiles: 3 steps of 128 a split
-    (100, 96, 1024, SplitConfig(128, 32, 128, 4)),  # its 128-row tiles, a partial row tile: 2 steps a split
+    (100, 96, 1024, SplitConfig(128, 32, 128, 4)),  # 128-row tiles (split_config's at 65-128 tokens), given: a
+    # partial row tile, 2 steps a split
     (64, 64, 256, SplitConfig(64, 64, 64, 8)),  # more splits asked than K steps: one step each, none empty
 ])
 def test_partials_add_up_to_the_matmul(tokens, n, k, config):
