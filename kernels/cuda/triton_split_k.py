@@ -74,14 +74,19 @@ def split_config(num_tokens: int, n: int, k: int, num_sms: int) -> SplitConfig:
 
 def _programs(config: SplitConfig, num_tokens: int, n: int) -> int:
     """The kernel's grid size for a config: output tiles times K ranges."""
-    return triton.cdiv(num_tokens, config.block_m) * triton.cdiv(n, config.block_n) * config.splits
+    return _tiles(num_tokens, n, config.block_m, config.block_n) * config.splits
+
+
+def _tiles(num_tokens: int, n: int, block_m: int, block_n: int) -> int:
+    """Output tiles of BLOCK_M x BLOCK_N over [num_tokens, n] (the last row and column tiles may be partial)."""
+    return triton.cdiv(num_tokens, block_m) * triton.cdiv(n, block_n)
 
 
 def _tiled_split(num_tokens: int, n: int, k: int, num_sms: int, block_m: int, block_n: int, block_k: int
                  ) -> SplitConfig:
     """As many K ranges (at least two BLOCK_K each, at most MAX_SPLITS) as keep the programs within one wave of the
     SMs; every range holds the same count of BLOCK_K steps but the last, which may hold fewer, none empty."""
-    tiles = triton.cdiv(num_tokens, block_m) * triton.cdiv(n, block_n)
+    tiles = _tiles(num_tokens, n, block_m, block_n)
     k_blocks = triton.cdiv(k, block_k)
     splits = max(1, min(MAX_SPLITS, num_sms // tiles, k_blocks // 2))
     per_split = triton.cdiv(k_blocks, splits)
@@ -132,7 +137,7 @@ def partials(x: torch.Tensor, weight: torch.Tensor, config: SplitConfig | None =
     k_per_split = triton.cdiv(triton.cdiv(k, bk), config.splits) * bk
     splits = triton.cdiv(k, k_per_split)  # none empty
     out = torch.empty((splits, m, n), dtype=torch.float32, device=x.device)
-    grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn), splits)
+    grid = (_tiles(m, n, bm, bn), splits)
     launch = pdl.options(x)
     _partials_kernel[grid](TensorDescriptor.from_tensor(x, [bm, bk]), TensorDescriptor.from_tensor(weight, [bn, bk]),
                            weight, weight.stride(0), out, m, n, k, k_per_split, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
