@@ -2,12 +2,16 @@
 
     python benchmarks/attention_configs.py --out DIR [--shapes minilm,bert-base,qwen3-0.6b] [--batches 1x4096,4x2048]
         [--configs 64x64x4x3,128x64x8x4]   # BLOCK_M x BLOCK_N x warps x stages; default: CONFIGS
+        [--fold]                           # Qwen3's q/k norm and RoPE applied as q and k load (QKNormRope)
 
 For each model's attention shape and each batch (sequences x tokens, laid out as the engine lays them: padded to
 its buckets, the padding sequence included), times every configuration in CONFIGS and torch-varlen as a replayed
 CUDA graph of 10 calls (a model's layers run back to back), after checking each against torch-varlen's output.
 Writes DIR/attention-configs.json and prints the fastest configuration per batch; kernels/cuda/triton_attention.py's
-launch_config is read off it.
+launch_config is read off it. --fold (shapes with a head_dim of 128: Qwen3): q and k come raw out of the QKV
+projection and every configuration norms and rotates them as it loads them, checked against TritonOps.qk_norm_rope
+then torch-varlen; "unfolded" times TritonOps.qk_norm_rope then launch_config's unfolded kernel, the
+engine's other way.
 """
 from __future__ import annotations
 
@@ -18,10 +22,13 @@ from pathlib import Path
 import torch
 
 from common import cuda_ms, environment, warm_gpu
-from embedpipe.kernels.attention import AttentionSpec
+from embedpipe.kernels.attention import AttentionSpec, QKNormRope
 from embedpipe.kernels.batch import BucketPolicy, pack
 from embedpipe.kernels.cuda.attention import TorchVarlenAttention
-from embedpipe.kernels.cuda.triton_attention import LaunchConfig, varlen_attention
+from embedpipe.kernels.cuda.triton_attention import LaunchConfig, launch_config, varlen_attention
+from embedpipe.kernels.cuda.triton_ops import TritonOps
+from embedpipe.kernels.models.layers import RotaryEmbedding
+from embedpipe.kernels.ops import TorchOps
 
 SPECS = {"minilm": AttentionSpec(12, 12, 32, False), "bert-base": AttentionSpec(12, 12, 64, False),
          "qwen3-0.6b": AttentionSpec(16, 8, 128, True)}
@@ -43,7 +50,7 @@ def graph_ms(fn) -> float:
     return cuda_ms(graph.replay, 20) / CALLS
 
 
-def bench_batch(spec: AttentionSpec, num_seqs: int, length: int, configs: list[LaunchConfig]) -> dict:
+def bench_batch(spec: AttentionSpec, num_seqs: int, length: int, configs: list[LaunchConfig], fold: bool) -> dict:
     batch = pack([[1] * length] * num_seqs, BucketPolicy())
     tokens = batch.key[0]
     q = torch.randn(tokens, spec.num_heads, spec.head_dim, device="cuda", dtype=torch.bfloat16)
@@ -53,25 +60,66 @@ def bench_batch(spec: AttentionSpec, num_seqs: int, length: int, configs: list[L
     key = varlen.graph_key(batch)
     cu = batch.cu_seqlens.cuda()
     varlen.plan(batch.cu_seqlens, batch.num_seqs, key, cu)
-    want = varlen.forward(q, k, v)
     real = int(batch.cu_seqlens[batch.num_seqs])
     max_q = key[2]
-    row = {"tokens": tokens, "max_q": max_q, "torch-varlen": graph_ms(lambda: varlen.forward(q, k, v)), "triton": {}}
+    rope, unfolded = (_fold_inputs(spec, q, k, v, cu, max_q) if fold else (None, None))
+    if fold:  # the reference: q and k normed and rotated first
+        q_ref, k_ref = rope.reference
+        want = varlen.forward(q_ref, k_ref, v)
+        row = {"tokens": tokens, "max_q": max_q, "torch-varlen": graph_ms(lambda: varlen.forward(q_ref, k_ref, v)),
+               "unfolded": graph_ms(unfolded), "triton": {}}
+    else:
+        want = varlen.forward(q, k, v)
+        row = {"tokens": tokens, "max_q": max_q, "torch-varlen": graph_ms(lambda: varlen.forward(q, k, v)),
+               "triton": {}}
+    fold_args = {"qk_norm_rope": rope.fold} if fold else {}
     for config in configs:
         name = f"{config.block_m}x{config.block_n} w{config.num_warps} s{config.num_stages}"
         try:
-            got = varlen_attention(q, k, v, cu, max_q, spec.causal, spec.scale, config)
+            got = varlen_attention(q, k, v, cu, max_q, spec.causal, spec.scale, config, **fold_args)
             cos = torch.nn.functional.cosine_similarity(got[:real].float().flatten(1), want[:real].float().flatten(1))
             if cos.min().item() < 0.999:
                 row["triton"][name] = f"differs (min cosine {cos.min().item():.4f})"
                 continue
             row["triton"][name] = graph_ms(lambda: varlen_attention(q, k, v, cu, max_q, spec.causal, spec.scale,
-                                                                    config))
+                                                                    config, **fold_args))
         except Exception as error:  # noqa: BLE001 - e.g. out of shared memory for this configuration
             row["triton"][name] = " ".join(f"{type(error).__name__}: {error}".split())[:200]
     timed = {n: ms for n, ms in row["triton"].items() if isinstance(ms, float)}
     row["best"] = min(timed, key=timed.get) if timed else None
     return row
+
+
+class _Fold:
+    """Qwen3's q/k norm and RoPE for one batch: the fold the kernel applies, and q, k as the reference makes them."""
+
+    def __init__(self, fold: QKNormRope, reference: tuple[torch.Tensor, torch.Tensor]):
+        self.fold, self.reference = fold, reference
+
+
+def _fold_inputs(spec: AttentionSpec, q, k, v, cu, max_q: int):
+    """(_Fold, a call running the engine's unfolded way: TritonOps.qk_norm_rope on a [T, (H + 2 Hkv) D] copy of
+    q, k, v, then the unfolded kernel), for raw q [T, H, D], k and v [T, Hkv, D]."""
+    tokens, dim = q.shape[0], spec.head_dim
+    rotary = RotaryEmbedding(dim, 8192, 1_000_000.0).cuda()
+    q_weight, k_weight = (1 + 0.1 * torch.randn(dim, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    eps = 1e-6
+    positions, _ = TorchOps.token_layout(cu, tokens)
+    qkv = torch.cat([q.flatten(1), k.flatten(1), v.flatten(1)], 1)
+    # the engine's separate kernel: the fold rounds as it does (TorchOps' bf16 steps differ by a few units in the
+    # last place, which moved a random row's attention to a cosine of 0.985)
+    q_ref, k_ref, _ = TritonOps.qk_norm_rope(qkv.clone(), q_weight, k_weight, positions, rotary.cos, rotary.sin,
+                                            spec.num_heads, spec.num_kv_heads, dim, eps)
+    fold = QKNormRope(q_weight, k_weight, eps, rotary.cos, rotary.sin)
+    scratch = qkv.clone()  # normed and rotated in place at every call: the timing does not depend on the values
+    config = launch_config(max_q, folded=False)
+
+    def unfolded():
+        q2, k2, v2 = TritonOps.qk_norm_rope(scratch, q_weight, k_weight, positions, rotary.cos, rotary.sin,
+                                            spec.num_heads, spec.num_kv_heads, dim, eps)
+        return varlen_attention(q2, k2, v2, cu, max_q, spec.causal, spec.scale, config)
+
+    return _Fold(fold, (q_ref, k_ref)), unfolded
 
 
 def main():
@@ -80,20 +128,22 @@ def main():
     parser.add_argument("--shapes", default=",".join(SPECS))
     parser.add_argument("--batches", default=",".join(f"{n}x{length}" for n, length in BATCHES))
     parser.add_argument("--configs", help="BLOCK_MxBLOCK_NxWARPSxSTAGES,... (default: the module's CONFIGS)")
+    parser.add_argument("--fold", action="store_true", help="q/k norm and RoPE folded into the kernel (Qwen3)")
     args = parser.parse_args()
     batches = [tuple(int(n) for n in b.split("x")) for b in args.batches.split(",")]
     configs = ([LaunchConfig(*(int(n) for n in c.split("x"))) for c in args.configs.split(",")] if args.configs
                else CONFIGS)
     warm_gpu(1.0)
-    results = {"environment": environment(), "calls_per_graph": CALLS, "shapes": {}}
+    results = {"environment": environment(), "calls_per_graph": CALLS, "fold": args.fold, "shapes": {}}
     for name in args.shapes.split(","):
         spec = SPECS[name]
         for num_seqs, length in batches:
-            row = bench_batch(spec, num_seqs, length, configs)
+            row = bench_batch(spec, num_seqs, length, configs, args.fold)
             results["shapes"].setdefault(name, {})[f"{num_seqs}x{length}"] = row
             best = row["best"]
-            print(f"{name:10s} {num_seqs}x{length:<5d} varlen {row['torch-varlen'] * 1e3:8.1f} us  triton best "
-                  f"{best} {row['triton'][best] * 1e3 if best else float('nan'):8.1f} us", flush=True)
+            unfolded = f"  unfolded {row['unfolded'] * 1e3:6.1f} us" if args.fold else ""
+            print(f"{name:10s} {num_seqs}x{length:<5d} varlen {row['torch-varlen'] * 1e3:8.1f} us{unfolded}  triton "
+                  f"best {best} {row['triton'][best] * 1e3 if best else float('nan'):8.1f} us", flush=True)
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "attention-configs.json").write_text(json.dumps(results, indent=1))
 
