@@ -37,11 +37,11 @@ if [ -n "$best" ]; then
     $'    if folded and 64 < max_q <= 128:  # att\n        return LaunchConfig('"$best"$')\n    if max_q <= (128 if folded else 64):\n' \
     && systems="rule unfold att"; cd benchmarks
 fi
-timeout $(left 400) python3 latency_ab.py --out $OUT/ab-qwen3 $(for s in $systems; do echo --system $s=/tmp/$s; done) \
+timeout $(left 380) python3 latency_ab.py --out $OUT/ab-qwen3 $(for s in $systems; do echo --system $s=/tmp/$s; done) \
   --models qwen3-0.6b --lengths 16,128 --attention triton --rounds 3 > /tmp/logs/latency-qwen3.log 2>&1
 el "latency ab qwen3-0.6b rc=$?"
 tail -6 /tmp/logs/latency-qwen3.log >> $OUT/steps.log
 cd ..
-[ -d /tmp/att ] && PYTHONPATH=/tmp/att:$PYTHONPATH pytest_step att 480 tests/kernels/test_triton_attention.py \
+[ -d /tmp/att ] && PYTHONPATH=/tmp/att:$PYTHONPATH pytest_step att 460 tests/kernels/test_triton_attention.py \
   tests/kernels/test_gpu_engine.py -k "fold or small_batches or launch"
 pack_logs
