@@ -148,10 +148,17 @@ def launch_config(max_q: int, folded: bool = False) -> LaunchConfig:
     """Read off benchmarks/attention_configs.py on the H200 (2026-12-04; MiniLM, BERT-base and Qwen3-0.6B shapes,
     batches 1x16 to 64x512 and 1x4096): query blocks of 64 rows were fastest or within ~10% of it everywhere but a
     16-token query (max_q 64: blocks of 16, Qwen3 3.3 vs 4.0 us), and 3 stages from max_q 256 (Qwen3 1x4096
-    192 vs 221 us) but not at 128 (5.0 vs 5.8 us). head_dim did not change the choice. folded (the q/k norm and
-    RoPE applied as q and k load): blocks of 16 rows at max_q 128 too (Qwen3-0.6B 1 x 128 replayed in 1.146 vs
-    1.156 ms; BERT-base, not folded, 0.341 vs 0.332: H100, results/2026-12-06-h200-qwen-chain call 2)."""
-    if max_q <= (128 if folded else 64):
+    192 vs 221 us) but not at 128 (5.0 vs 5.8 us). head_dim did not change the choice.
+
+    folded (Qwen3's q/k norm and RoPE applied as q and k load), up to max_q 128: blocks of 16 rows, 8 warps and one
+    stage, over key blocks of 64 (max_q 64) or 128. Alone (attention_configs.py --fold, H100): 3.9 against 6.9 us at
+    1 x 16, 6.5 against 11.1 at 1 x 128 (16 x 64, 4 warps, 2 stages, the earlier choice); one stage was faster in
+    every folded configuration timed (the key blocks go from registers into the norm, not through shared memory).
+    In the engine (Qwen3-0.6B replayed, 3 rounds of fresh processes, H100): 1 x 16 0.878 -> 0.857 ms, 1 x 128
+    0.996 -> 0.943 (results/2026-12-07-h200-gelu-splitk, calls 6-10)."""
+    if folded and max_q <= 128:
+        return LaunchConfig(16, 64 if max_q <= 64 else 128, 8, 1)
+    if max_q <= 64:
         return LaunchConfig(16, 64, 4, 2)
     return LaunchConfig(64, 64, 4, 2 if max_q <= 128 else 3)
 

@@ -76,8 +76,10 @@ def test_the_launch_configurations_read_off_the_h200():
     assert launch_config(16) == launch_config(64) == LaunchConfig(16, 64, 4, 2)
     assert launch_config(128) == LaunchConfig(64, 64, 4, 2)
     assert launch_config(256) == launch_config(4096) == LaunchConfig(64, 64, 4, 3)
-    # with Qwen3's q/k norm and RoPE folded in: blocks of 16 rows up to a 128-row bound (H100, 2026-12-06)
-    assert launch_config(128, folded=True) == LaunchConfig(16, 64, 4, 2)
+    # with Qwen3's q/k norm and RoPE folded in, up to a 128-row bound: blocks of 16 rows, 8 warps, one stage, key
+    # blocks of 64 up to 64 rows and of 128 past them (H100, results/2026-12-07-h200-gelu-splitk, calls 6-10)
+    assert launch_config(16, folded=True) == launch_config(64, folded=True) == LaunchConfig(16, 64, 8, 1)
+    assert launch_config(128, folded=True) == LaunchConfig(16, 128, 8, 1)
     assert launch_config(256, folded=True) == LaunchConfig(64, 64, 4, 3)
 
 
