@@ -1,7 +1,7 @@
 """The Triton attention kernel's launch configurations against PyTorch's flash varlen kernel (GPU).
 
     python benchmarks/attention_configs.py --out DIR [--shapes minilm,bert-base,qwen3-0.6b] [--batches 1x4096,4x2048]
-        [--configs 64x64x4x3,128x64x8x4]   # BLOCK_M x BLOCK_N x warps x stages; default: CONFIGS
+        [--configs 64x64x4x3,128x64x8x4]   # BLOCK_M x BLOCK_N x warps x stages [x heads]; default: CONFIGS
         [--fold]                           # Qwen3's q/k norm and RoPE applied as q and k load (QKNormRope)
 
 For each model's attention shape and each batch (sequences x tokens, laid out as the engine lays them: padded to
@@ -74,7 +74,8 @@ def bench_batch(spec: AttentionSpec, num_seqs: int, length: int, configs: list[L
                "triton": {}}
     fold_args = {"qk_norm_rope": rope.fold} if fold else {}
     for config in configs:
-        name = f"{config.block_m}x{config.block_n} w{config.num_warps} s{config.num_stages}"
+        name = f"{config.block_m}x{config.block_n} w{config.num_warps} s{config.num_stages}" + (
+            f" h{config.heads}" if config.heads > 1 else "")
         try:
             got = varlen_attention(q, k, v, cu, max_q, spec.causal, spec.scale, config, **fold_args)
             cos = torch.nn.functional.cosine_similarity(got[:real].float().flatten(1), want[:real].float().flatten(1))
@@ -127,7 +128,7 @@ def main():
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--shapes", default=",".join(SPECS))
     parser.add_argument("--batches", default=",".join(f"{n}x{length}" for n, length in BATCHES))
-    parser.add_argument("--configs", help="BLOCK_MxBLOCK_NxWARPSxSTAGES,... (default: the module's CONFIGS)")
+    parser.add_argument("--configs", help="BLOCK_MxBLOCK_NxWARPSxSTAGES[xHEADS],... (default: the module's CONFIGS)")
     parser.add_argument("--fold", action="store_true", help="q/k norm and RoPE folded into the kernel (Qwen3)")
     args = parser.parse_args()
     batches = [tuple(int(n) for n in b.split("x")) for b in args.batches.split(",")]

@@ -1,4 +1,5 @@
-"""Ragged attention as one Triton kernel: a block is BLOCK_M query rows of one head of one sequence.
+"""Ragged attention as one Triton kernel: a block is BLOCK_M query rows of one sequence, of one head or of a few heads
+that share a key/value head (grouped-query attention; their rows stacked).
 
 PyTorch's flash varlen kernel took 6.5 us a layer for one 128-token BERT-base query and 10.8 us on Qwen3-0.6B
 (benchmarks/results/2026-12-01-h200-batch1-online); this kernel 3.4-5.0 us, and it was faster at every batch
@@ -7,7 +8,7 @@ rounded to the input dtype before the P @ V product, as the flash kernels do; th
 query block sees run without masks, the rest with them.
 
 The grid is fixed by the graph key: (query blocks of the longest sequence's bucket, sequence slots,
-heads). A block past its sequence's end returns at once, so one captured grid serves every layout of
+head sets). A block past its sequence's end returns at once, so one captured grid serves every layout of
 its key, empty padding slots included.
 """
 from __future__ import annotations
@@ -34,19 +35,19 @@ def _load(ptrs, mask, MASKED: tl.constexpr):
 
 
 @triton.jit
-def _rotated_halves(X, stride_x, positions, ok, W, Cos, Sin, stride_cos, eps,
+def _rotated_halves(X, offsets, positions, ok, W, Cos, Sin, stride_cos, eps,
                     HALF: tl.constexpr, AXIS: tl.constexpr, MASKED: tl.constexpr):
-    """Head vectors of one head (X: its first dimension in row 0) at `positions` of the sequence, normed and rotated
+    """Head vectors (X + offsets: each one's first dimension) at `positions` of the sequence, normed and rotated
     (triton_ops.rms_norm_rope) as they load: AXIS 1 -> halves [len(positions), HALF] (queries), AXIS 0 ->
     [HALF, len(positions)] (keys, transposed). A row's position in its sequence indexes the RoPE tables."""
     dims = tl.arange(0, HALF)
     if AXIS == 1:
-        rows, dims, mask = positions[:, None], dims[None, :], ok[:, None]
+        rows, starts, dims, mask = positions[:, None], offsets[:, None], dims[None, :], ok[:, None]
     else:
-        rows, dims, mask = positions[None, :], dims[:, None], ok[None, :]
+        rows, starts, dims, mask = positions[None, :], offsets[None, :], dims[:, None], ok[None, :]
     dtype = X.dtype.element_ty
-    x1 = _load(X + rows * stride_x + dims, mask, MASKED).to(tl.float32)
-    x2 = _load(X + rows * stride_x + HALF + dims, mask, MASKED).to(tl.float32)
+    x1 = _load(X + starts + dims, mask, MASKED).to(tl.float32)
+    x2 = _load(X + starts + HALF + dims, mask, MASKED).to(tl.float32)
     c = _load(Cos + rows * stride_cos + dims, mask, MASKED).to(dtype).to(tl.float32)
     s = _load(Sin + rows * stride_cos + dims, mask, MASKED).to(dtype).to(tl.float32)
     w1, w2 = tl.load(W + dims).to(tl.float32), tl.load(W + HALF + dims).to(tl.float32)
@@ -58,14 +59,15 @@ def _attend(q, q2, K, V, kv_head, stride_kt, stride_kh, stride_vt, stride_vh, ro
             keys_begin, keys_end, scale_log2, KW, Cos, Sin, stride_cos, eps, MASKED: tl.constexpr,
             CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, NORM_ROPE: tl.constexpr, HEAD_DIM: tl.constexpr):
     """Online softmax over keys [keys_begin, keys_end) in blocks of BLOCK_N; MASKED: the last block may pass the
-    sequence's end and (CAUSAL) some keys follow some rows. NORM_ROPE: q and q2 are the query halves, and each key
-    block is normed and rotated as it loads (_rotated_halves). Returns the updated (best, total, acc)."""
+    sequence's end and (CAUSAL) some keys follow some rows (`rows`: each query row's position). NORM_ROPE: q and q2
+    are the query halves, and each key block is normed and rotated as it loads (_rotated_halves). Returns the
+    updated (best, total, acc)."""
     for key_start in range(keys_begin, keys_end, BLOCK_N):
         cols = key_start + tl.arange(0, BLOCK_N)  # [BLOCK_N] key positions
         col_ok = cols < keys_end
         if NORM_ROPE:
-            k1, k2 = _rotated_halves(K + kv_head * stride_kh, stride_kt, cols, col_ok, KW, Cos, Sin, stride_cos, eps,
-                                     HEAD_DIM // 2, 0, MASKED)  # [HEAD_DIM / 2, BLOCK_N] each
+            k1, k2 = _rotated_halves(K + kv_head * stride_kh, cols * stride_kt, cols, col_ok, KW, Cos, Sin,
+                                     stride_cos, eps, HEAD_DIM // 2, 0, MASKED)  # [HEAD_DIM / 2, BLOCK_N] each
             scores = tl.dot(q2, k2, tl.dot(q, k1)) * scale_log2  # [BLOCK_M, BLOCK_N]
         else:
             k = _load(K + cols[None, :] * stride_kt + kv_head * stride_kh + dims[:, None], col_ok[None, :],
@@ -91,10 +93,12 @@ def _attend(q, q2, K, V, kv_head, stride_kt, stride_kh, stride_vt, stride_vh, ro
 def _varlen_attention_kernel(Q, K, V, Out, CuSeqlens, QW, KW, Cos, Sin, stride_qt, stride_qh, stride_kt, stride_kh,
                              stride_vt, stride_vh, stride_ot, stride_oh, stride_cos, eps, scale_log2,
                              GROUP: tl.constexpr, CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr,
-                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NORM_ROPE: tl.constexpr,
-                             PDL: tl.constexpr):
+                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEADS: tl.constexpr,
+                             NORM_ROPE: tl.constexpr, PDL: tl.constexpr):
+    """Program (query block, sequence slot, head set): BLOCK_M rows of HEADS query heads (of one group: they share
+    their key/value head), stacked into HEADS * BLOCK_M rows that load, norm and rotate each key block once."""
     pdl.wait(PDL)
-    block, seq, head = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    block, seq, head_set = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     start = tl.load(CuSeqlens + seq)
     length = tl.load(CuSeqlens + seq + 1) - start
     first_row = block * BLOCK_M
@@ -103,20 +107,22 @@ def _varlen_attention_kernel(Q, K, V, Out, CuSeqlens, QW, KW, Cos, Sin, stride_q
     # this sequence's rows, from pointers moved in int64 (a batch's T * H * D may pass 2^31)
     Q, K, V, Out = (Q + start.to(tl.int64) * stride_qt, K + start.to(tl.int64) * stride_kt,
                     V + start.to(tl.int64) * stride_vt, Out + start.to(tl.int64) * stride_ot)
-    rows = first_row + tl.arange(0, BLOCK_M)  # [BLOCK_M] positions in the sequence
+    stacked = tl.arange(0, HEADS * BLOCK_M)  # [HEADS * BLOCK_M]: head after head, BLOCK_M rows each
+    rows = first_row + stacked % BLOCK_M  # positions in the sequence
+    heads = head_set * HEADS + stacked // BLOCK_M
     dims = tl.arange(0, HEAD_DIM)
-    kv_head = head // GROUP
+    kv_head = head_set * HEADS // GROUP
     row_ok = rows < length
-    if NORM_ROPE:  # the halves [BLOCK_M, HEAD_DIM / 2], normed and rotated
-        q, q2 = _rotated_halves(Q + head * stride_qh, stride_qt, rows, row_ok, QW, Cos, Sin, stride_cos, eps,
-                                HEAD_DIM // 2, 1, True)
+    if NORM_ROPE:  # the halves [HEADS * BLOCK_M, HEAD_DIM / 2], normed and rotated
+        q, q2 = _rotated_halves(Q, rows * stride_qt + heads * stride_qh, rows, row_ok, QW, Cos, Sin, stride_cos,
+                                eps, HEAD_DIM // 2, 1, True)
     else:
-        q = tl.load(Q + rows[:, None] * stride_qt + head * stride_qh + dims[None, :],
-                    mask=row_ok[:, None], other=0.0)  # [BLOCK_M, HEAD_DIM]
+        q = tl.load(Q + rows[:, None] * stride_qt + heads[:, None] * stride_qh + dims[None, :],
+                    mask=row_ok[:, None], other=0.0)  # [HEADS * BLOCK_M, HEAD_DIM]
         q2 = q
-    best = tl.full([BLOCK_M], float("-inf"), tl.float32)  # running row maximum (log2 units)
-    total = tl.zeros([BLOCK_M], tl.float32)  # running sum of exp2(score - best)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    best = tl.full([HEADS * BLOCK_M], float("-inf"), tl.float32)  # running row maximum (log2 units)
+    total = tl.zeros([HEADS * BLOCK_M], tl.float32)  # running sum of exp2(score - best)
+    acc = tl.zeros([HEADS * BLOCK_M, HEAD_DIM], tl.float32)
     # first the keys every row of the block sees, in whole blocks of BLOCK_N, unmasked; then the rest, masked.
     # Causal rows see the keys up to themselves (so every row sees key 0: no row is all masked).
     if CAUSAL:
@@ -132,7 +138,7 @@ def _varlen_attention_kernel(Q, K, V, Out, CuSeqlens, QW, KW, Cos, Sin, stride_q
                                best, total, acc, unmasked_end, keys_end, scale_log2, KW, Cos, Sin, stride_cos, eps,
                                True, CAUSAL, BLOCK_N, NORM_ROPE, HEAD_DIM)
     out = acc / total[:, None]
-    tl.store(Out + rows[:, None] * stride_ot + head * stride_oh + dims[None, :],
+    tl.store(Out + rows[:, None] * stride_ot + heads[:, None] * stride_oh + dims[None, :],
              out.to(Out.dtype.element_ty), mask=row_ok[:, None])
 
 
@@ -142,6 +148,7 @@ class LaunchConfig:
     block_n: int  # keys per step of the online softmax
     num_warps: int
     num_stages: int
+    heads: int = 1  # query heads of one group per block (their rows stacked); capped at the group's size
 
 
 def launch_config(max_q: int, folded: bool = False) -> LaunchConfig:
@@ -175,14 +182,16 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     num_heads, head_dim = q.shape[1:]
     config = config or launch_config(max_q, folded=qk_norm_rope is not None)
     out = torch.empty_like(q) if out is None else out
-    grid = (triton.cdiv(max_q, config.block_m), cu_seqlens.shape[0] - 1, num_heads)
+    group = num_heads // k.shape[1]
+    heads = math.gcd(config.heads, group)  # whole sets of one group's heads
+    grid = (triton.cdiv(max_q, config.block_m), cu_seqlens.shape[0] - 1, num_heads // heads)
     rope = qk_norm_rope
     tables = (rope.q_weight, rope.k_weight, rope.cos, rope.sin, rope.cos.stride(0), rope.eps) if rope else (
         q, q, q, q, 0, 0.0)  # not read
     _varlen_attention_kernel[grid](
         q, k, v, out, cu_seqlens, *tables[:4], q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0),
-        v.stride(1), out.stride(0), out.stride(1), *tables[4:], scale * LOG2_E, GROUP=num_heads // k.shape[1],
-        CAUSAL=causal, HEAD_DIM=head_dim, BLOCK_M=config.block_m, BLOCK_N=config.block_n, NORM_ROPE=rope is not None,
+        v.stride(1), out.stride(0), out.stride(1), *tables[4:], scale * LOG2_E, GROUP=group, CAUSAL=causal,
+        HEAD_DIM=head_dim, BLOCK_M=config.block_m, BLOCK_N=config.block_n, HEADS=heads, NORM_ROPE=rope is not None,
         num_warps=config.num_warps, num_stages=config.num_stages, **pdl.options(q))
     return out
 

@@ -84,11 +84,13 @@ def test_the_launch_configurations_read_off_the_h200():
 
 
 CONFIGS = [LaunchConfig(16, 32, 4, 1), LaunchConfig(16, 64, 4, 2), LaunchConfig(32, 16, 4, 2),
-           LaunchConfig(64, 64, 4, 2), LaunchConfig(128, 64, 8, 3), LaunchConfig(64, 128, 4, 2)]
+           LaunchConfig(64, 64, 4, 2), LaunchConfig(128, 64, 8, 3), LaunchConfig(64, 128, 4, 2),
+           LaunchConfig(16, 64, 4, 1, heads=2), LaunchConfig(32, 64, 4, 2, heads=4)]  # heads stacked: up to a group
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=str)
-@pytest.mark.parametrize("spec", [AttentionSpec(2, 1, 64, True), AttentionSpec(2, 2, 32, False)], ids=str)
+@pytest.mark.parametrize("spec", [AttentionSpec(2, 1, 64, True), AttentionSpec(2, 2, 32, False),
+                                  AttentionSpec(8, 2, 32, True)], ids=str)
 def test_every_launch_config_gives_the_same_attention(spec, config):
     """Query blocks larger and smaller than key blocks: the unmasked whole key blocks before a causal block's first
     row, then the masked rest, with sequences longer than several blocks of each."""
@@ -175,10 +177,14 @@ def test_the_folded_qk_norm_and_rope_equal_the_separate_kernel(spec, lengths):
     q, k, v = (t.view(num_tokens, -1, dim) for t in (q, k, v))
     before = qkv.clone()
     got = varlen_attention(q, k, v, cu, max_q, spec.causal, spec.scale, qk_norm_rope=fold)
+    # a group's query heads stacked in one block, each key block normed and rotated once for them
+    stacked = varlen_attention(q, k, v, cu, max_q, spec.causal, spec.scale, LaunchConfig(16, 64, 4, 1, heads=2),
+                               qk_norm_rope=fold)
     assert torch.equal(torch.cat([q.flatten(1), k.flatten(1), v.flatten(1)], 1), before)
     unfolded = varlen_attention(*separate(TritonOps), cu, max_q, spec.causal, spec.scale)
     tight = 1e-5 if DTYPE == torch.float32 else 1e-2  # the same normed, rotated q and k; its dots in two halves
     torch.testing.assert_close(got, unfolded, atol=tight, rtol=tight)
+    torch.testing.assert_close(stacked, unfolded, atol=tight, rtol=tight)
     want = _exact(spec, *separate(TorchOps, torch.float32), batch.cu_seqlens)  # float32 from the same inputs
     torch.testing.assert_close(got.float().cpu(), want.cpu(), atol=TOL, rtol=TOL)
 
