@@ -39,13 +39,13 @@ systems="main"
 if [ -n "$line" ]; then
   cd .. && variant stacked kernels/cuda/triton_attention.py $'        return LaunchConfig(16, 64 if max_q <= 64 else 128, 8, 1)\n' "$line"$'\n' \
     && systems="main stacked"; cd benchmarks
-  timeout $(left 300) python3 latency_ab.py --out $OUT/ab-qwen3 $(for s in $systems; do echo --system $s=/tmp/$s; done) \
+  timeout $(left 240) python3 latency_ab.py --out $OUT/ab-qwen3 $(for s in $systems; do echo --system $s=/tmp/$s; done) \
     --models qwen3-0.6b --lengths 16,128 --attention triton --rounds 3 > /tmp/logs/latency-qwen3.log 2>&1
   el "latency ab qwen3-0.6b rc=$?"
   tail -4 /tmp/logs/latency-qwen3.log >> $OUT/steps.log
 fi
 cd ..
 tree=/tmp/main; [ -d /tmp/stacked ] && tree=/tmp/stacked
-PYTHONPATH=$tree:$PYTHONPATH pytest_step $(basename $tree) 380 tests/kernels/test_triton_attention.py \
+PYTHONPATH=$tree:$PYTHONPATH pytest_step $(basename $tree) 320 tests/kernels/test_triton_attention.py \
   tests/kernels/test_gpu_engine.py -k "fold or small_batches or launch_config or every_launch"
 pack_logs
