@@ -6,7 +6,7 @@
 # at 1 x 16 or at 1 x 128 beats the landed one by 3% or more, `stacked` (launch_config's folded branch returning the
 # fastest of each) runs in the engine against `main` (this tree), Qwen3-0.6B alone in each process, 1 x 16 and
 # 1 x 128, 3 rounds alternated; then the attention tests under `stacked`. ~4 minutes at most.
-# Carry: .whl-lite .gpu-lite.
+# QUICK=1: no tests (the sweep checks every configuration against torch-varlen), ~3 minutes. Carry: .whl-lite .gpu-lite.
 cd "$(dirname "$0")/../../../.."
 . benchmarks/device_call.sh
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv,noheader >> $OUT/steps.log
@@ -46,6 +46,6 @@ if [ -n "$line" ]; then
 fi
 cd ..
 tree=/tmp/main; [ -d /tmp/stacked ] && tree=/tmp/stacked
-PYTHONPATH=$tree:$PYTHONPATH pytest_step $(basename $tree) 235 tests/kernels/test_triton_attention.py \
+[ -z "$QUICK" ] && PYTHONPATH=$tree:$PYTHONPATH pytest_step $(basename $tree) 235 tests/kernels/test_triton_attention.py \
   tests/kernels/test_gpu_engine.py -k "fold or launch_config or every_launch"
 pack_logs
