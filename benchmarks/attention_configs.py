@@ -102,7 +102,7 @@ def _fold_inputs(spec: AttentionSpec, q, k, v, cu, max_q: int):
     """(_Fold, a call running the engine's unfolded way: TritonOps.qk_norm_rope on a [T, (H + 2 Hkv) D] copy of
     q, k, v, then the unfolded kernel), for raw q [T, H, D], k and v [T, Hkv, D]."""
     tokens, dim = q.shape[0], spec.head_dim
-    rotary = RotaryEmbedding(dim, 8192, 1_000_000.0).cuda()
+    rotary = RotaryEmbedding(dim, 8192, 1_000_000.0).to("cuda", q.dtype)  # the engine's model.to(dtype) casts them
     q_weight, k_weight = (1 + 0.1 * torch.randn(dim, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     eps = 1e-6
     positions, _ = TorchOps.token_layout(cu, tokens)
