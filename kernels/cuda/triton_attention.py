@@ -148,7 +148,9 @@ class LaunchConfig:
     block_n: int  # keys per step of the online softmax
     num_warps: int
     num_stages: int
-    heads: int = 1  # query heads of one group per block (their rows stacked); capped at the group's size
+    # query heads of one group per block (their rows stacked), capped at the group's size; launch_config selects
+    # none above 1 until a GPU run measures them (results/2026-12-07-h200-gelu-splitk, call 11: prepared)
+    heads: int = 1
 
 
 def launch_config(max_q: int, folded: bool = False) -> LaunchConfig:
