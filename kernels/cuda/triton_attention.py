@@ -68,11 +68,11 @@ def _attend(q, q2, K, V, kv_head, stride_kt, stride_kh, stride_vt, stride_vh, ro
         if NORM_ROPE:
             k1, k2 = _rotated_halves(K + kv_head * stride_kh, cols * stride_kt, cols, col_ok, KW, Cos, Sin,
                                      stride_cos, eps, HEAD_DIM // 2, 0, MASKED)  # [HEAD_DIM / 2, BLOCK_N] each
-            scores = tl.dot(q2, k2, tl.dot(q, k1)) * scale_log2  # [BLOCK_M, BLOCK_N]
+            scores = tl.dot(q2, k2, tl.dot(q, k1)) * scale_log2  # [HEADS * BLOCK_M, BLOCK_N]
         else:
             k = _load(K + cols[None, :] * stride_kt + kv_head * stride_kh + dims[:, None], col_ok[None, :],
                       MASKED)  # [HEAD_DIM, BLOCK_N]
-            scores = tl.dot(q, k) * scale_log2  # [BLOCK_M, BLOCK_N]
+            scores = tl.dot(q, k) * scale_log2  # [HEADS * BLOCK_M, BLOCK_N]
         v = _load(V + cols[:, None] * stride_vt + kv_head * stride_vh + dims[None, :], col_ok[:, None],
                   MASKED)  # [BLOCK_N, HEAD_DIM]
         if MASKED:
@@ -148,9 +148,19 @@ class LaunchConfig:
     block_n: int  # keys per step of the online softmax
     num_warps: int
     num_stages: int
-    # query heads of one group per block (their rows stacked), capped at the group's size; launch_config selects
-    # none above 1 until a GPU run measures them (results/2026-12-07-h200-gelu-splitk, call 11: prepared)
+    # query heads of one group per block (their rows stacked), a power of two: stacked_heads says how many run;
+    # launch_config selects none above 1 until a GPU run measures them (results/2026-12-07-h200-gelu-splitk, call 11)
     heads: int = 1
+
+    def __post_init__(self):
+        if self.heads < 1 or self.heads & (self.heads - 1):
+            raise ValueError(f"LaunchConfig.heads must be a power of two, not {self.heads}")
+
+
+def stacked_heads(config: LaunchConfig, group: int) -> int:
+    """The query heads a block stacks: config.heads, reduced to whole sets of one group's heads (the largest power of
+    two that divides both; tl.arange needs HEADS * BLOCK_M a power of two)."""
+    return math.gcd(config.heads, group)  # config.heads is a power of two, so any divisor of it is
 
 
 def launch_config(max_q: int, folded: bool = False) -> LaunchConfig:
@@ -160,11 +170,12 @@ def launch_config(max_q: int, folded: bool = False) -> LaunchConfig:
     192 vs 221 us) but not at 128 (5.0 vs 5.8 us). head_dim did not change the choice.
 
     folded (Qwen3's q/k norm and RoPE applied as q and k load), up to max_q 128: blocks of 16 rows, 8 warps and one
-    stage, over key blocks of 64 (max_q 64) or 128. Alone (attention_configs.py --fold, H100): 3.9 against 6.9 us at
-    1 x 16, 6.5 against 11.1 at 1 x 128 (16 x 64, 4 warps, 2 stages, the earlier choice); one stage was faster in
-    every folded configuration timed (the key blocks go from registers into the norm, not through shared memory).
-    In the engine (Qwen3-0.6B replayed, 3 rounds of fresh processes, H100): 1 x 16 0.878 -> 0.857 ms, 1 x 128
-    0.996 -> 0.943 (results/2026-12-07-h200-gelu-splitk, calls 6-10)."""
+    stage, over key blocks of 64 (max_q 64) or 128. Alone (attention_configs.py --fold, H100, float32 RoPE tables
+    where the engine's are bfloat16): 3.9 against 6.9 us at 1 x 16, 6.5 against 11.1 at 1 x 128 (16 x 64, 4 warps,
+    2 stages, the earlier choice); one stage was faster in every folded configuration timed (a guess at why: the key
+    blocks go from registers into the norm, and staging them through shared memory only adds latency). In the
+    engine, which decided it (Qwen3-0.6B replayed, 3 rounds of fresh processes, H100): 1 x 16 0.878 -> 0.857 ms,
+    1 x 128 0.996 -> 0.943 (results/2026-12-07-h200-gelu-splitk, calls 6-10)."""
     if folded and max_q <= 128:
         return LaunchConfig(16, 64 if max_q <= 64 else 128, 8, 1)
     if max_q <= 64:
@@ -185,7 +196,7 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     config = config or launch_config(max_q, folded=qk_norm_rope is not None)
     out = torch.empty_like(q) if out is None else out
     group = num_heads // k.shape[1]
-    heads = math.gcd(config.heads, group)  # whole sets of one group's heads
+    heads = stacked_heads(config, group)
     grid = (triton.cdiv(max_q, config.block_m), cu_seqlens.shape[0] - 1, num_heads // heads)
     rope = qk_norm_rope
     tables = (rope.q_weight, rope.k_weight, rope.cos, rope.sin, rope.cos.stride(0), rope.eps) if rope else (

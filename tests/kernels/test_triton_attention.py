@@ -18,8 +18,8 @@ if DEVICE == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
     pytest.skip("Triton's interpreter is off (set TRITON_INTERPRET=1 before Python starts)", allow_module_level=True)
 
 from embedpipe.kernels.cuda.attention import TritonVarlenAttention  # noqa: E402
-from embedpipe.kernels.cuda.triton_attention import (LaunchConfig, launch_config, supports,  # noqa: E402
-                                                     varlen_attention)
+from embedpipe.kernels.cuda.triton_attention import (LaunchConfig, launch_config, stacked_heads,  # noqa: E402
+                                                     supports, varlen_attention)
 
 DTYPE = torch.bfloat16 if DEVICE == "cuda" else torch.float32
 TOL = 1e-4 if DTYPE == torch.float32 else 2e-2  # the interpreter's float32; bfloat16 inputs on a GPU
@@ -90,7 +90,7 @@ CONFIGS = [LaunchConfig(16, 32, 4, 1), LaunchConfig(16, 64, 4, 2), LaunchConfig(
 
 @pytest.mark.parametrize("config", CONFIGS, ids=str)
 @pytest.mark.parametrize("spec", [AttentionSpec(2, 1, 64, True), AttentionSpec(2, 2, 32, False),
-                                  AttentionSpec(8, 2, 32, True)], ids=str)
+                                  AttentionSpec(8, 2, 32, True), AttentionSpec(4, 2, 64, False)], ids=str)
 def test_every_launch_config_gives_the_same_attention(spec, config):
     """Query blocks larger and smaller than key blocks: the unmasked whole key blocks before a causal block's first
     row, then the masked rest, with sequences longer than several blocks of each."""
@@ -99,6 +99,18 @@ def test_every_launch_config_gives_the_same_attention(spec, config):
     got = varlen_attention(q, k, v, batch.cu_seqlens.to(DEVICE), 512, spec.causal, spec.scale, config)
     want = _exact(spec, q, k, v, batch.cu_seqlens)
     torch.testing.assert_close(got.float().cpu(), want.cpu(), atol=TOL, rtol=TOL)
+
+
+def test_a_block_stacks_whole_sets_of_one_groups_heads():
+    """LaunchConfig.heads query heads of one group a block, fewer where they do not divide the group; never a count
+    that is not a power of two (the kernel's stacked rows)."""
+    assert [stacked_heads(LaunchConfig(16, 64, 4, 1, heads=h), 2) for h in (1, 2, 4)] == [1, 2, 2]
+    assert [stacked_heads(LaunchConfig(16, 64, 4, 1, heads=h), 6) for h in (2, 4, 8)] == [2, 2, 2]
+    assert stacked_heads(LaunchConfig(16, 64, 4, 1, heads=4), 7) == 1
+    assert stacked_heads(LaunchConfig(16, 64, 4, 1, heads=8), 8) == 8
+    for bad in (0, 3, -2):
+        with pytest.raises(ValueError, match="power of two"):
+            LaunchConfig(16, 64, 4, 1, heads=bad)
 
 
 def test_the_shapes_the_kernel_runs():
@@ -141,7 +153,8 @@ def test_random_layouts_of_one_graph_key_match_exact_attention():
         torch.testing.assert_close(got.float().cpu(), want.cpu(), atol=TOL, rtol=TOL)
 
 
-ROTARY_SHAPES = [AttentionSpec(4, 2, 64, True), AttentionSpec(2, 2, 128, False), AttentionSpec(2, 1, 32, True)]
+ROTARY_SHAPES = [AttentionSpec(4, 2, 64, True), AttentionSpec(2, 2, 128, False), AttentionSpec(2, 1, 32, True),
+                 AttentionSpec(4, 1, 128, True)]  # the last: two sets of stacked heads a group
 
 
 @pytest.mark.parametrize("spec", ROTARY_SHAPES, ids=str)
