@@ -123,6 +123,10 @@ def graphed_ms(fn, reps: int = 20, iters: int = 50, calls: list | None = None) -
     return cuda_ms(graph.replay, iters) / len(calls)
 
 
+# (num_warps, num_stages) pairs the GEMM benches' --launch times the engine's own tile pick with
+LAUNCHES = ((4, 1), (4, 2), (4, 3), (4, 4), (8, 1), (8, 2), (8, 3))
+
+
 def hbm_weight_copies(*tensors, total_bytes: int = 120_000_000) -> list[tuple]:
     """The tensors (a weight first, then e.g. its bias or None), then clones of them: 20 to 100 sets, the weights
     >= total_bytes in all (the L2 holds 60 MB). Graphed calls that each take their own set read their weights from

@@ -2,22 +2,24 @@
 then the activation kernel the engine ran before), and the layer's other linears (the same kernel with no
 activation, against cuBLAS), per model shape and token count, on one GPU:
 
-    python benchmarks/linear_act_bench.py --out linear-act.json [--sweep]
+    python benchmarks/linear_act_bench.py --out linear-act.json [--sweep] [--launch] [--tokens 16,128]
 
 Each variant is captured 20 times or more in one CUDA graph and replayed (the engine replays graphs too): device
 time per call (common.graphed_ms); up to 2,048 tokens each call reads its own copy of the weights (from HBM, as in
 a model), above that the same one. --sweep also times every candidate tile of the fused kernel (tile_config's
-table comes from it). Before timing, each variant's output is compared with the float32 reference.
+table comes from it), --launch tile_config's tile with other warps and stages (common.LAUNCHES); --tokens replaces
+each epilogue's token counts (TOKENS). Before timing, each variant's output is compared with the float32 reference.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 
 import torch
 import torch.nn.functional as F
 
-from common import graphed_ms, hbm_weight_copies, warm_gpu
+from common import LAUNCHES, graphed_ms, hbm_weight_copies, warm_gpu
 from embedpipe.kernels.cuda.triton_linear import TileConfig, linear_act, linear_silu_mul, tile_config
 from embedpipe.kernels.cuda.triton_ops import TritonOps
 from embedpipe.kernels.ops import TorchOps
@@ -45,7 +47,7 @@ CANDIDATES = [TileConfig(*c) for c in (  # (block_m, block_n, block_k, group_m, 
     (128, 256, 64, 8, 8, 3, True))]
 
 
-def variants(x, epilogue: str, sweep: bool):
+def variants(x, epilogue: str, sweep: bool, launch: bool):
     """name -> callable(weight, bias); the first is the engine's unfused path (the baseline)."""
     if epilogue == "silu_mul":
         out = {"cublas+silu_mul": lambda w, b: TritonOps.silu_and_mul(F.linear(x, w)),
@@ -58,12 +60,14 @@ def variants(x, epilogue: str, sweep: bool):
                "fused": lambda w, b: linear_act(x, w, b, "gelu")}
     else:
         out = {"cublas": lambda w, b: F.linear(x, w, b), "fused": lambda w, b: linear_act(x, w, b, "identity")}
-    if sweep:
-        for c in CANDIDATES:
-            loads = " tma persistent" if c.persistent else " tma"  # the names calls 1 and 2 recorded
-            name = f"fused {c.block_m}x{c.block_n}x{c.block_k} w{c.num_warps} s{c.num_stages}{loads}"
-            out[name] = ((lambda w, b, c=c: linear_silu_mul(x, w, c)) if epilogue == "silu_mul"
-                         else (lambda w, b, c=c: linear_act(x, w, b, epilogue, c)))
+    pick = tile_config(x.shape[0], gated=epilogue == "silu_mul")
+    launches = [dataclasses.replace(pick, num_warps=w, num_stages=s) for w, s in LAUNCHES
+                if (w, s) != (pick.num_warps, pick.num_stages)] if launch else []
+    for c in (CANDIDATES if sweep else []) + launches:
+        loads = " tma persistent" if c.persistent else " tma"  # the names calls 1 and 2 recorded
+        name = f"fused {c.block_m}x{c.block_n}x{c.block_k} w{c.num_warps} s{c.num_stages}{loads}"
+        out[name] = ((lambda w, b, c=c: linear_silu_mul(x, w, c)) if epilogue == "silu_mul"
+                     else (lambda w, b, c=c: linear_act(x, w, b, epilogue, c)))
     return out
 
 
@@ -79,6 +83,8 @@ def main():
     parser.add_argument("--out", default="linear-act.json")
     parser.add_argument("--sweep", action="store_true")
     parser.add_argument("--shapes", default=",".join(SHAPES))
+    parser.add_argument("--launch", action="store_true", help="tile_config's tile with other warps and stages")
+    parser.add_argument("--tokens", help="token counts, comma-separated (default: TOKENS per epilogue)")
     args = parser.parse_args()
     torch.manual_seed(0)
     clocks = warm_gpu(2.0)
@@ -88,7 +94,7 @@ def main():
         gated = epilogue == "silu_mul"
         w = torch.randn(2 * n if gated else n, k, device="cuda", dtype=torch.bfloat16) / k ** 0.5
         b = torch.randn(n, device="cuda", dtype=torch.bfloat16) * 0.1 if has_bias else None
-        for m in TOKENS[epilogue]:
+        for m in (map(int, args.tokens.split(",")) if args.tokens else TOKENS[epilogue]):
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             ref = reference(x, w, b, epilogue)
             base = None
@@ -96,7 +102,7 @@ def main():
             # (the L2 holds 60), as a model's layers each read theirs from HBM; above, the same copy 20 times
             copies = [(w, b)] * 20 if m > 2048 else hbm_weight_copies(w, b)
             count = 1 if m > 2048 else len(copies)
-            for name, fn in variants(x, epilogue, args.sweep).items():
+            for name, fn in variants(x, epilogue, args.sweep, args.launch).items():
                 try:
                     y = fn(w, b)
                     base = y if base is None else base

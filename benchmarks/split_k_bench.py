@@ -2,22 +2,24 @@
 then the norm kernel (the engine's path before kernels/cuda/triton_split_k.py) against the split-K partial sums that
 the norm kernel adds up, per model shape and token count, on one GPU:
 
-    python benchmarks/split_k_bench.py --out split-k.json [--tokens 64,128,256,512,1024,2048] [--sweep]
+    python benchmarks/split_k_bench.py --out split-k.json [--tokens 64,128,256,512,1024,2048] [--sweep] [--launch]
 
 Each variant (matmul + norm, the pair the engine runs) is captured in one CUDA graph, each call on its own copy of
 the weights (>= 120 MB in all: they come from HBM, as a model's layers' do), and replayed: device time per call
 (common.graphed_ms). "split" is split_config's pick; --sweep also times other tiles and split counts (split_config
-is read off them). Before timing, each variant's output is compared with the float32 reference.
+is read off them), --launch split_config's tiles with other warps and stages (common.LAUNCHES). Before timing,
+each variant's output is compared with the float32 reference.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 
 import torch
 import torch.nn.functional as F
 
-from common import graphed_ms, hbm_weight_copies, warm_gpu
+from common import LAUNCHES, graphed_ms, hbm_weight_copies, warm_gpu
 from embedpipe.kernels.cuda import triton_ops, triton_split_k
 from embedpipe.kernels.cuda.triton_split_k import SplitConfig, split_config
 from embedpipe.kernels.cuda.triton_linear import sm_count
@@ -54,8 +56,13 @@ def reference(x, w, b, r, norm, gamma, beta):
     return TorchOps.linear_add_rms_norm(f(x), f(w), f(b), f(r), f(gamma), 1e-6)[0]
 
 
-def candidates(m, n, k, sweep: bool) -> dict[str, SplitConfig | None]:
-    out = {"cublas+norm": None, "split": split_config(m, n, k, sm_count(torch.device("cuda")))}
+def candidates(m, n, k, sweep: bool, launch: bool) -> dict[str, SplitConfig | None]:
+    pick = split_config(m, n, k, sm_count(torch.device("cuda")))
+    out = {"cublas+norm": None, "split": pick}
+    if launch:
+        for warps, stages in LAUNCHES:
+            if (warps, stages) != (pick.num_warps, pick.num_stages):
+                out[f"split w{warps} s{stages}"] = dataclasses.replace(pick, num_warps=warps, num_stages=stages)
     if sweep:
         for bm, bn, bk in TILES:
             for s in SPLITS:
@@ -70,6 +77,7 @@ def main():
     parser.add_argument("--tokens", default="64,128,256,512,1024,2048")
     parser.add_argument("--shapes", default=",".join(SHAPES))
     parser.add_argument("--sweep", action="store_true")
+    parser.add_argument("--launch", action="store_true", help="split_config's tiles with other warps and stages")
     args = parser.parse_args()
     torch.manual_seed(0)
     clocks = warm_gpu(2.0)
@@ -85,7 +93,7 @@ def main():
             x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
             r = torch.randn(m, n, device="cuda").to(torch.bfloat16)
             ref = reference(x, w, b, r, norm, gamma, beta)
-            for name, config in candidates(m, n, k, args.sweep).items():
+            for name, config in candidates(m, n, k, args.sweep, args.launch).items():
                 try:
                     y = run_norm(x, w, b, r, norm, gamma, beta, config)
                     calls = [lambda wb=wb, config=config: run_norm(x, *wb, r, norm, gamma, beta, config)
