@@ -11,6 +11,8 @@
 #   build_worktree NAME        this checkout's project files, built as NAME
 #   variant NAME FILE OLD NEW  this checkout's project files with OLD replaced by NEW in FILE (OLD must occur exactly
 #                              once: a variant never builds from a stale edit), built as NAME
+#   patched NAME PATCH         this checkout's project files with a unified diff (git diff) applied, built as NAME; each
+#                              hunk's old lines must occur exactly once in its file (no stale patch builds)
 #   pytest_step NAME SECONDS PYTEST-ARGS...
 #                              pytest until SECONDS after the start: its last line and failures logged (/tmp/logs/t-NAME.log)
 #   pack_logs                  /tmp/logs into $OUT/logs.tar.gz (the call's last step)
@@ -34,6 +36,24 @@ if text.count(old) != 1:
 open(path, "w").write(text.replace(old, new))
 PY
   [ $? = 0 ] || el "variant $1 not built"
+}
+patched() {
+  worktree_copy $1 && python3 - /tmp/src-$1 "$2" <<'PY' && build $1 /tmp/src-$1
+import re, sys
+root, patch = sys.argv[1:]
+for section in re.split(r"^diff --git ", open(patch).read(), flags=re.M)[1:]:
+    path = re.search(r"^\+\+\+ b/(\S+)", section, re.M).group(1)
+    text = open(f"{root}/{path}").read()
+    for hunk in re.split(r"^@@[^\n]*\n", section, flags=re.M)[1:]:
+        lines = [l for l in hunk.split("\n") if l[:1] in (" ", "-", "+")]
+        old = "".join(l[1:] + "\n" for l in lines if l[0] in " -")
+        new = "".join(l[1:] + "\n" for l in lines if l[0] in " +")
+        if text.count(old) != 1:
+            sys.exit(f"{path}: a hunk's old lines occur {text.count(old)} times, not once:\n{old}")
+        text = text.replace(old, new)
+    open(f"{root}/{path}", "w").write(text)
+PY
+  [ $? = 0 ] || el "patched $1 not built"
 }
 pytest_step() {
   local name=$1 deadline=$2
