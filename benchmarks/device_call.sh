@@ -4,7 +4,7 @@
 #   . benchmarks/device_call.sh
 # It sets up the machine (gpu_setup.sh, its output in /tmp/logs/setup.log), starts the call's clock and defines:
 #   el MESSAGE                 "[seconds since the start] MESSAGE", to stdout and $OUT/steps.log
-#   left SECONDS               the seconds from now until SECONDS after the start: a step's timeout
+#   left SECONDS               the seconds from now until SECONDS after the start (at least 1): a step's timeout
 #   build NAME DIR             the project tree in DIR installed into /tmp/NAME (a system for latency_ab.py --system)
 #   build_archive NAME TAR_GZ  a `git archive` of the project (scratch/*.tar.gz), built as NAME
 #   worktree_copy NAME         this checkout's project files copied to /tmp/src-NAME (to edit before a build)
@@ -13,15 +13,22 @@
 #                              once: a variant never builds from a stale edit), built as NAME
 #   patched NAME PATCH         this checkout's project files with a unified diff (git diff) applied, built as NAME; each
 #                              hunk's old lines must occur exactly once in its file (no stale patch builds)
+#                              (build, build_worktree, variant and patched return non-zero where the build failed:
+#                              a script adds a system only if it was built; else latency_ab.py would time this
+#                              checkout's editable install under the variant's name)
 #   pytest_step NAME SECONDS PYTEST-ARGS...
-#                              pytest until SECONDS after the start: its last line and failures logged (/tmp/logs/t-NAME.log)
+#                              pytest until SECONDS after the start: its last line and failures logged
+#                              (/tmp/logs/t-NAME.log)
 #   pack_logs                  /tmp/logs into $OUT/logs.tar.gz (the call's last step)
 T0=$(date +%s)
 el() { echo "[$(( $(date +%s) - T0 )) s] $*" | tee -a $OUT/steps.log; }
-left() { echo $(( $1 - ($(date +%s) - T0) )); }
+# at least 1: `timeout 0` would mean no limit
+left() { local t=$(( $1 - ($(date +%s) - T0) )); echo $(( t < 1 ? 1 : t )); }
 build() {
   python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/$1 $2 > /tmp/logs/build-$1.log 2>&1
-  el "build $1 rc=$?"
+  local rc=$?
+  el "build $1 rc=$rc"
+  return $rc
 }
 build_archive() { mkdir -p /tmp/src-$1 && tar -xzf $2 -C /tmp/src-$1 && build $1 /tmp/src-$1; }
 worktree_copy() { mkdir -p /tmp/src-$1 && cp -r pyproject.toml README.md cli pipeline kernels configs /tmp/src-$1/; }
@@ -35,7 +42,9 @@ if text.count(old) != 1:
     sys.exit(f"{path}: the text to replace occurs {text.count(old)} times, not once: {old!r}")
 open(path, "w").write(text.replace(old, new))
 PY
-  [ $? = 0 ] || el "variant $1 not built"
+  local rc=$?
+  [ $rc = 0 ] || el "variant $1 not built"
+  return $rc
 }
 patched() {
   worktree_copy $1 && python3 - /tmp/src-$1 "$2" <<'PY' && build $1 /tmp/src-$1
@@ -53,7 +62,9 @@ for section in re.split(r"^diff --git ", open(patch).read(), flags=re.M)[1:]:
         text = text.replace(old, new)
     open(f"{root}/{path}", "w").write(text)
 PY
-  [ $? = 0 ] || el "patched $1 not built"
+  local rc=$?
+  [ $rc = 0 ] || el "patched $1 not built"
+  return $rc
 }
 pytest_step() {
   local name=$1 deadline=$2

@@ -18,23 +18,26 @@ el "split-K launch sweep rc=$?"
 PYTHONPATH=/tmp/main:$PYTHONPATH timeout $(left 130) python3 linear_act_bench.py --out $OUT/linear-launch.json --launch \
   --shapes "qwen3-0.6b,bert-base qkv" --tokens 16,128 > /tmp/logs/linear.log 2>&1
 el "linear launch sweep rc=$?"
-pick() {  # FILE DEFAULT-VARIANT PREFIX -> "W, S" of the best pair at 128 tokens if >= 3% faster summed, else nothing
-  python3 - "$@" <<'PY'
+pick() {  # FILE DEFAULT-VARIANT PREFIX SHAPES -> "W, S" of the best pair at 128 tokens if >= 3% faster summed over
+  # all SHAPES shapes, else nothing (a sweep cut short by its deadline picks nothing)
+  python3 - "$@" <<'PY' 2>> $OUT/steps.log
 import json, re, sys
 from collections import defaultdict
-path, default, prefix = sys.argv[1:]
+path, default, prefix, expected = sys.argv[1:]
 total, shapes = defaultdict(float), defaultdict(int)
 for row in json.load(open(path))["rows"]:
     if row["tokens"] == 128 and "us" in row and (row["variant"] == default or row["variant"].startswith(prefix)):
         total[row["variant"]] += row["us"]
         shapes[row["variant"]] += 1
+if shapes[default] != int(expected):
+    sys.exit(f"{path}: {shapes[default]} of {expected} shapes timed at 128 tokens; nothing picked")
 total = {v: t for v, t in total.items() if shapes[v] == shapes[default]}  # timed on every shape
 best = min(total, key=total.get)
 if best != default and total[best] <= 0.97 * total[default]:
     print(", ".join(re.search(r"w(\d+) s(\d+)", best).groups()))
 PY
 }
-sk=$(pick $OUT/split-launch.json split "split w"); tc=$(pick $OUT/linear-launch.json fused "fused 64x32x128 w")
+sk=$(pick $OUT/split-launch.json split "split w" 4); tc=$(pick $OUT/linear-launch.json fused "fused 64x32x128 w" 2)
 el "split-K pair '$sk', tile_config pair '$tc'"
 cd ..
 systems="main"

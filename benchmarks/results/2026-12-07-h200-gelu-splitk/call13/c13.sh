@@ -6,14 +6,16 @@
 # BERT-base's FFN-in with cuBLASLt's GELU (6.1 us); the Triton matmuls after a norm (Qwen3's gate-up, BERT-base's
 # QKV) get it too, on top of their own prefetch. The engine, `main` (this tree) against `prefetch`, Qwen3-0.6B and
 # BERT-base each in processes of their own, 1 x 16 and 1 x 128, 3 rounds alternated; a replay timeline of both under
-# `prefetch` at 1 x 128; then the engine and fused-op tests under it. ~5 minutes. Carry: .whl-lite .gpu-lite.
+# `prefetch`; then the engine, fused-op and PDL tests under it (test_pdl: outputs bit for bit with PDL, so prefetch,
+# on and off: the prefetch compiles only with PDL on, so no CPU test ran it). ~6.5 minutes. Carry: .whl-lite
+# .gpu-lite.
 cd "$(dirname "$0")/../../../.."
 . benchmarks/device_call.sh
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv,noheader >> $OUT/steps.log
 build_worktree main
-patched prefetch benchmarks/results/2026-12-07-h200-gelu-splitk/call13/prefetch.patch
+patched prefetch benchmarks/results/2026-12-07-h200-gelu-splitk/call13/prefetch.patch || { pack_logs; exit 1; }
 cd benchmarks
-deadline=(120 200)
+deadline=(150 250)
 for i in 0 1; do
   m=$([ $i = 0 ] && echo qwen3-0.6b || echo bert-base)
   timeout $(left ${deadline[$i]}) python3 latency_ab.py --out $OUT/ab-$m --system main=/tmp/main \
@@ -21,9 +23,9 @@ for i in 0 1; do
     > /tmp/logs/latency-$m.log 2>&1; el "latency ab $m rc=$?"
   tail -4 /tmp/logs/latency-$m.log >> $OUT/steps.log
 done
-PYTHONPATH=/tmp/prefetch:$PYTHONPATH timeout $(left 230) python3 replay_timeline.py --out $OUT/timeline \
-  --models qwen3-0.6b,bert-base --lengths 128 --attention triton > /tmp/logs/timeline.log 2>&1; el "timeline rc=$?"
+PYTHONPATH=/tmp/prefetch:$PYTHONPATH timeout $(left 300) python3 replay_timeline.py --out $OUT/timeline \
+  --models qwen3-0.6b,bert-base --lengths 16,128 --attention triton > /tmp/logs/timeline.log 2>&1; el "timeline rc=$?"
 cd ..
-PYTHONPATH=/tmp/prefetch:$PYTHONPATH pytest_step prefetch 300 tests/kernels/test_gpu_engine.py tests/kernels/test_fused_ops.py \
-  tests/kernels/test_split_k.py -k "small_batches or split or partials or norm"
+PYTHONPATH=/tmp/prefetch:$PYTHONPATH pytest_step prefetch 390 tests/kernels/test_gpu_engine.py tests/kernels/test_fused_ops.py \
+  tests/kernels/test_split_k.py tests/kernels/test_pdl.py -k "small_batches or split or partials or norm or pdl"
 pack_logs
