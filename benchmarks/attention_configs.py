@@ -64,17 +64,15 @@ def bench_batch(spec: AttentionSpec, num_seqs: int, length: int, configs: list[L
     varlen.plan(batch.cu_seqlens, batch.num_seqs, key, cu)
     real = int(batch.cu_seqlens[batch.num_seqs])
     max_q = key[2]
-    rope, unfolded = (_fold_inputs(spec, qkv, cu, max_q) if fold else (None, None))
-    if fold:  # the reference: q and k normed and rotated first
-        q_ref, k_ref = rope.reference
-        want = varlen.forward(q_ref, k_ref, v)
-        row = {"tokens": tokens, "max_q": max_q, "torch-varlen": graph_ms(lambda: varlen.forward(q_ref, k_ref, v)),
-               "unfolded": graph_ms(unfolded), "triton": {}}
-    else:
-        want = varlen.forward(q, k, v)
-        row = {"tokens": tokens, "max_q": max_q, "torch-varlen": graph_ms(lambda: varlen.forward(q, k, v)),
-               "triton": {}}
-    fold_args = {"qk_norm_rope": rope.fold} if fold else {}
+    fold_args, q_ref, k_ref = {}, q, k  # the reference's q and k: with the fold, normed and rotated first
+    if fold:
+        rope, (q_ref, k_ref), unfolded = _fold_inputs(spec, qkv, cu, max_q)
+        fold_args = {"qk_norm_rope": rope}
+    want = varlen.forward(q_ref, k_ref, v)
+    row = {"tokens": tokens, "max_q": max_q, "torch-varlen": graph_ms(lambda: varlen.forward(q_ref, k_ref, v))}
+    if fold:
+        row["unfolded"] = graph_ms(unfolded)
+    row["triton"] = {}
     for config in configs:
         heads = stacked_heads(config, spec.num_heads // spec.num_kv_heads)  # what runs, not what was asked
         name = f"{config.block_m}x{config.block_n} w{config.num_warps} s{config.num_stages}" + (
@@ -96,16 +94,10 @@ def bench_batch(spec: AttentionSpec, num_seqs: int, length: int, configs: list[L
     return row
 
 
-class _Fold:
-    """Qwen3's q/k norm and RoPE for one batch: the fold the kernel applies, and q, k as the reference makes them."""
-
-    def __init__(self, fold: QKNormRope, reference: tuple[torch.Tensor, torch.Tensor]):
-        self.fold, self.reference = fold, reference
-
-
 def _fold_inputs(spec: AttentionSpec, qkv, cu, max_q: int):
-    """(_Fold, a call running the engine's unfolded way: TritonOps.qk_norm_rope on a copy of qkv, then the unfolded
-    kernel), for the raw projection output qkv [T, (H + 2 Hkv) D]."""
+    """(the QKNormRope the kernel applies, (q, k) normed and rotated as the reference takes them, a call running the
+    engine's unfolded way: TritonOps.qk_norm_rope on a copy of qkv, then the unfolded kernel), for the raw
+    projection output qkv [T, (H + 2 Hkv) D]."""
     tokens, dim = qkv.shape[0], spec.head_dim
     rotary = RotaryEmbedding(dim, 8192, 1_000_000.0).to("cuda", qkv.dtype)  # the engine's model.to(dtype) casts them
     q_weight, k_weight = (1 + 0.1 * torch.randn(dim, device="cuda", dtype=qkv.dtype) for _ in range(2))
@@ -124,7 +116,7 @@ def _fold_inputs(spec: AttentionSpec, qkv, cu, max_q: int):
                                             spec.num_heads, spec.num_kv_heads, dim, eps)
         return varlen_attention(q2, k2, v2, cu, max_q, spec.causal, spec.scale, config)
 
-    return _Fold(fold, (q_ref, k_ref)), unfolded
+    return fold, (q_ref, k_ref), unfolded
 
 
 def main():

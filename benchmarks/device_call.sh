@@ -16,6 +16,10 @@
 #                              (build, build_worktree, variant and patched return non-zero where the build failed:
 #                              a script adds a system only if it was built; else latency_ab.py would time this
 #                              checkout's editable install under the variant's name)
+#   latency_step SECONDS MODEL SYSTEM...
+#                              latency_ab.py on MODEL at 1 x 16 and 1 x 128 tokens, attention triton, 3 rounds of the
+#                              SYSTEMs (names built above) alternated, until SECONDS after the start: $OUT/ab-MODEL,
+#                              the table's last lines logged
 #   pytest_step NAME SECONDS PYTEST-ARGS...
 #                              pytest until SECONDS after the start: its last line and failures logged
 #                              (/tmp/logs/t-NAME.log)
@@ -65,6 +69,15 @@ PY
   local rc=$?
   [ $rc = 0 ] || el "patched $1 not built"
   return $rc
+}
+latency_step() {
+  local deadline=$1 model=$2
+  shift 2
+  (cd benchmarks && timeout $(left $deadline) python3 latency_ab.py --out $OUT/ab-$model \
+    $(for s in "$@"; do echo --system $s=/tmp/$s; done) --models $model --lengths 16,128 --attention triton --rounds 3 \
+    > /tmp/logs/latency-$model.log 2>&1)
+  el "latency ab $model rc=$?"
+  tail -4 /tmp/logs/latency-$model.log >> $OUT/steps.log
 }
 pytest_step() {
   local name=$1 deadline=$2

@@ -38,16 +38,11 @@ if changed16 or changed128:
 PY
 )
 el "stacked variant: '$line'"
-systems="main"
-if [ -n "$line" ]; then
-  cd .. && variant stacked kernels/cuda/triton_attention.py $'        return LaunchConfig(16, 64 if max_q <= 64 else 128, 8, 1)\n' "$line"$'\n' \
-    && systems="main stacked"; cd benchmarks
-  timeout $(left 170) python3 latency_ab.py --out $OUT/ab-qwen3 $(for s in $systems; do echo --system $s=/tmp/$s; done) \
-    --models qwen3-0.6b --lengths 16,128 --attention triton --rounds 3 > /tmp/logs/latency-qwen3.log 2>&1
-  el "latency ab qwen3-0.6b rc=$?"
-  tail -4 /tmp/logs/latency-qwen3.log >> $OUT/steps.log
-fi
 cd ..
+if [ -n "$line" ] && variant stacked kernels/cuda/triton_attention.py \
+    $'        return LaunchConfig(16, 64 if max_q <= 64 else 128, 8, 1)\n' "$line"$'\n'; then
+  latency_step 170 qwen3-0.6b main stacked
+fi
 tree=/tmp/main; [ -d /tmp/stacked ] && tree=/tmp/stacked
 [ -z "$QUICK" ] && PYTHONPATH=$tree:$PYTHONPATH pytest_step $(basename $tree) 235 tests/kernels/test_triton_attention.py \
   tests/kernels/test_gpu_engine.py -k "fold or launch_config or every_launch or small_batches"

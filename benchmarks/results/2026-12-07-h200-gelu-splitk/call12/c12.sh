@@ -50,17 +50,10 @@ if [ -n "$tc" ]; then
   variant tclaunch kernels/cuda/triton_linear.py $'        return TileConfig(64, 32, 128, 8, 4, 3)\n' \
     "        return TileConfig(64, 32, 128, 8, $tc)  # tclaunch"$'\n' && systems="$systems tclaunch"
 fi
-cd benchmarks
 if [ "$systems" != main ]; then
-  deadline=(240 330)
-  for i in 0 1; do
-    m=$([ $i = 0 ] && echo qwen3-0.6b || echo bert-base)
-    timeout $(left ${deadline[$i]}) python3 latency_ab.py --out $OUT/ab-$m $(for s in $systems; do echo --system $s=/tmp/$s; done) \
-      --models $m --lengths 16,128 --attention triton --rounds 3 > /tmp/logs/latency-$m.log 2>&1; el "latency ab $m rc=$?"
-    tail -4 /tmp/logs/latency-$m.log >> $OUT/steps.log
-  done
+  latency_step 240 qwen3-0.6b $systems
+  latency_step 330 bert-base $systems
 fi
-cd ..
 for s in $systems; do
   [ $s = main ] && continue
   PYTHONPATH=/tmp/$s:$PYTHONPATH pytest_step $s $([ $s = sklaunch ] && echo 380 || echo 420) tests/kernels/test_split_k.py \

@@ -14,15 +14,9 @@ cd "$(dirname "$0")/../../../.."
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv,noheader >> $OUT/steps.log
 build_worktree main
 patched prefetch benchmarks/results/2026-12-07-h200-gelu-splitk/call13/prefetch.patch || { pack_logs; exit 1; }
+latency_step 150 qwen3-0.6b main prefetch
+latency_step 250 bert-base main prefetch
 cd benchmarks
-deadline=(150 250)
-for i in 0 1; do
-  m=$([ $i = 0 ] && echo qwen3-0.6b || echo bert-base)
-  timeout $(left ${deadline[$i]}) python3 latency_ab.py --out $OUT/ab-$m --system main=/tmp/main \
-    --system prefetch=/tmp/prefetch --models $m --lengths 16,128 --attention triton --rounds 3 \
-    > /tmp/logs/latency-$m.log 2>&1; el "latency ab $m rc=$?"
-  tail -4 /tmp/logs/latency-$m.log >> $OUT/steps.log
-done
 PYTHONPATH=/tmp/prefetch:$PYTHONPATH timeout $(left 300) python3 replay_timeline.py --out $OUT/timeline \
   --models qwen3-0.6b,bert-base --lengths 16,128 --attention triton > /tmp/logs/timeline.log 2>&1; el "timeline rc=$?"
 cd ..
