@@ -4,9 +4,8 @@
 # failed, no traceback came back; the 50 folded / launch-config attention tests passed first). `main` (this tree)
 # against `verified` (this tree with d70be94's triton_attention.py, by call14/before-heads.patch: the kernel before
 # LaunchConfig.heads, which passed the test in call 8), each with full tracebacks to $OUT/t-NAME.log: if only main
-# fails, the heads refactor
-# goes back out (kept as a patch for call 11); if both fail, the machine's packages (transformers) are looked at
-# (pip list in $OUT). ~3 minutes. Carry: .whl-lite .gpu-lite.
+# fails, the heads refactor goes back out (kept as a patch for call 11); if both fail, the machine's packages
+# (transformers) are looked at (pip list in $OUT). ~3 minutes. Carry: .whl-lite .gpu-lite.
 cd "$(dirname "$0")/../../../.."
 . benchmarks/device_call.sh
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv,noheader >> $OUT/steps.log
