@@ -22,6 +22,8 @@ if [ -z "$QUICK" ]; then
     --models qwen3-0.6b,bert-base --lengths 16,128 --attention triton > /tmp/logs/timeline.log 2>&1; el "timeline rc=$?"
   cd ..
 fi
-PYTHONPATH=/tmp/prefetch:$PYTHONPATH pytest_step prefetch $([ -z "$QUICK" ] && echo 390 || echo 290) tests/kernels/test_gpu_engine.py tests/kernels/test_fused_ops.py \
-  tests/kernels/test_split_k.py tests/kernels/test_pdl.py -k "small_batches or split or partials or norm or pdl"
+PYTHONPATH=/tmp/prefetch:$PYTHONPATH pytest_step prefetch $([ -z "$QUICK" ] && echo 390 || echo 290) \
+  tests/kernels/test_gpu_engine.py tests/kernels/test_fused_ops.py tests/kernels/test_split_k.py \
+  tests/kernels/test_pdl.py \
+  -k "small_batches or split or partials or norm or pdl"
 pack_logs

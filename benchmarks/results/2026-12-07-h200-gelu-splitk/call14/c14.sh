@@ -3,7 +3,7 @@
 # the device, H100, 2026-12-07 evening: test_small_batches_eager_and_replayed_match_transformers_fp32[qwen3-0.6b]
 # failed, no traceback came back; the 50 folded / launch-config attention tests passed first). `main` (this tree)
 # against `verified` (this tree with d70be94's triton_attention.py, by call14/before-heads.patch: the kernel before
-# LaunchConfig.heads, which passed the test in call 8), each with full tracebacks to $OUT/t-NAME.log: if only main
+# LaunchConfig.heads, which passed the test in call 8), each with full tracebacks (logs.tar.gz): if only main
 # fails, the heads refactor goes back out (kept as a patch for call 11); if both fail, the machine's packages
 # (transformers) are looked at (pip list in $OUT). ~3 minutes. Carry: .whl-lite .gpu-lite.
 cd "$(dirname "$0")/../../../.."
@@ -11,10 +11,9 @@ cd "$(dirname "$0")/../../../.."
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv,noheader >> $OUT/steps.log
 python3 -m pip list 2>/dev/null > $OUT/pip-list.txt
 build_worktree main
-patched verified benchmarks/results/2026-12-07-h200-gelu-splitk/call14/before-heads.patch
-for s in main verified; do
-  PYTHONPATH=/tmp/$s:$PYTHONPATH timeout $(left 170) python3 -m pytest -q --tb=long -p no:cacheprovider \
-    tests/kernels/test_gpu_engine.py -k small_batches > $OUT/t-$s.log 2>&1
-  el "$s small-batch tests rc=$? $(tail -1 $OUT/t-$s.log)"
+systems=main
+patched verified benchmarks/results/2026-12-07-h200-gelu-splitk/call14/before-heads.patch && systems="main verified"
+for s in $systems; do  # tracebacks in /tmp/logs/t-NAME.log (packed)
+  PYTHONPATH=/tmp/$s:$PYTHONPATH pytest_step $s 170 --tb=long tests/kernels/test_gpu_engine.py -k small_batches
 done
 pack_logs
