@@ -11,8 +11,9 @@
 #   build_worktree NAME        this checkout's project files, built as NAME
 #   variant NAME FILE OLD NEW  this checkout's project files with OLD replaced by NEW in FILE (OLD must occur exactly
 #                              once: a variant never builds from a stale edit), built as NAME
-#   patched NAME PATCH         this checkout's project files with a unified diff (git diff) applied, built as NAME; each
-#                              hunk's old lines must occur exactly once in its file (no stale patch builds)
+#   apply_patch ROOT PATCH     a unified diff (git diff) applied to the files under ROOT (this checkout: "."); each
+#                              hunk's old lines must occur exactly once in its file (no stale patch); new files made
+#   patched NAME PATCH         this checkout's project files with a unified diff applied (apply_patch), built as NAME
 #                              (build, build_worktree, variant and patched return non-zero where the build failed:
 #                              a script adds a system only if it was built; else latency_ab.py would time this
 #                              checkout's editable install under the variant's name)
@@ -50,22 +51,32 @@ PY
   [ $rc = 0 ] || el "variant $1 not built"
   return $rc
 }
-patched() {
-  worktree_copy $1 && python3 - /tmp/src-$1 "$2" <<'PY' && build $1 /tmp/src-$1
-import re, sys
+# a unified diff (git diff) applied to the files under ROOT; each hunk's old lines must occur exactly once in its file
+# (no stale patch builds); a new file (--- /dev/null) is written whole
+apply_patch() {
+  python3 - "$1" "$2" <<'PY'
+import os, re, sys
 root, patch = sys.argv[1:]
 for section in re.split(r"^diff --git ", open(patch).read(), flags=re.M)[1:]:
-    path = re.search(r"^\+\+\+ b/(\S+)", section, re.M).group(1)
-    text = open(f"{root}/{path}").read()
+    path = f"{root}/" + re.search(r"^\+\+\+ b/(\S+)", section, re.M).group(1)
+    created = re.search(r"^--- /dev/null$", section, re.M) is not None
+    text = "" if created else open(path).read()
     for hunk in re.split(r"^@@[^\n]*\n", section, flags=re.M)[1:]:
         lines = [l for l in hunk.split("\n") if l[:1] in (" ", "-", "+")]
         old = "".join(l[1:] + "\n" for l in lines if l[0] in " -")
         new = "".join(l[1:] + "\n" for l in lines if l[0] in " +")
-        if text.count(old) != 1:
+        if created:
+            text += new
+        elif text.count(old) != 1:
             sys.exit(f"{path}: a hunk's old lines occur {text.count(old)} times, not once:\n{old}")
-        text = text.replace(old, new)
-    open(f"{root}/{path}", "w").write(text)
+        else:
+            text = text.replace(old, new)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    open(path, "w").write(text)
 PY
+}
+patched() {
+  worktree_copy $1 && apply_patch /tmp/src-$1 "$2" && build $1 /tmp/src-$1
   local rc=$?
   [ $rc = 0 ] || el "patched $1 not built"
   return $rc
