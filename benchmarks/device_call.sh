@@ -51,9 +51,7 @@ PY
   [ $rc = 0 ] || el "variant $1 not built"
   return $rc
 }
-# a unified diff (git diff) applied to the files under ROOT; each hunk's old lines must occur exactly once in its file
-# (no stale patch builds); a new file (--- /dev/null) is written whole
-apply_patch() {
+apply_patch() {  # a new file (--- /dev/null) is written whole
   python3 - "$1" "$2" <<'PY'
 import os, re, sys
 root, patch = sys.argv[1:]
