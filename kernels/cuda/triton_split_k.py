@@ -32,11 +32,12 @@ class SplitConfig:
     splits: int  # K ranges, one plane of partial sums each
     num_warps: int = 4
     # Pipelines 4 stages deep (3 before). Alone (split_k_bench.py --launch, H100, 128 tokens, call 17): Qwen3-0.6B's
-    # down 7.01 -> 6.66 us, BERT-base's FFN output 6.99 -> 6.69 (call 12: 7.02 -> 6.63, 7.25 -> 6.98); the engine (3 rounds of fresh processes alternated, two runs on
-    # one H100: results/2026-12-07-h200-gelu-splitk, calls 12 and 16), graph replayed at 1 x 128: Qwen3-0.6B 0.937 ->
-    # 0.918 and 0.933 -> 0.922 ms, BERT-base 0.319 -> 0.313 and 0.317 -> 0.311; steps 1.012 -> 0.959 and 0.357 ->
-    # 0.347 (call 16); MiniLM-L6 1 x 128 0.108 either way, 1 x 16 0.096 -> 0.097. 5 stages (call 17): Qwen3-0.6B 1 x 16
-    # 0.846 -> 0.826, 1 x 128 and BERT-base no better; 6 do not fit 128-row tiles' shared memory.
+    # down 7.01 -> 6.66 us, BERT-base's FFN output 6.99 -> 6.69 (call 12: 7.02 -> 6.63, 7.25 -> 6.98); the engine (3
+    # rounds of fresh processes alternated, two runs on one H100: results/2026-12-07-h200-gelu-splitk, calls 12 and 16),
+    # graph replayed at 1 x 128: Qwen3-0.6B 0.937 -> 0.918 and 0.933 -> 0.922 ms, BERT-base 0.319 -> 0.313 and 0.317 ->
+    # 0.311; steps 1.012 -> 0.959 and 0.357 -> 0.347 (call 16); MiniLM-L6 1 x 128 0.108 either way, 1 x 16 0.096 ->
+    # 0.097. 5 stages (call 17): Qwen3-0.6B 1 x 16 0.846 -> 0.826, 1 x 128 and BERT-base no better; 6 do not fit 128-row
+    # tiles' shared memory.
     num_stages: int = 4
 
 
