@@ -37,7 +37,8 @@ class SplitConfig:
     # graph replayed at 1 x 128: Qwen3-0.6B 0.937 -> 0.918 and 0.933 -> 0.922 ms, BERT-base 0.319 -> 0.313 and 0.317 ->
     # 0.311; steps 1.012 -> 0.959 and 0.357 -> 0.347 (call 16); MiniLM-L6 1 x 128 0.108 either way, 1 x 16 0.096 ->
     # 0.097. 5 stages (call 17): Qwen3-0.6B 1 x 16 0.846 -> 0.826, 1 x 128 and BERT-base no better; 6 do not fit 128-row
-    # tiles' shared memory.
+    # tiles' shared memory. So 64-row tiles take 5 (_tiled_split): Qwen3-0.6B 1 x 16 replayed 0.849 -> 0.829, 1 x 128
+    # 0.921 -> 0.922, BERT-base and MiniLM-L6 unchanged (0.277 / 0.314, 0.097 / 0.109; 2026-12-07, call 19).
     num_stages: int = 4
 
 
@@ -97,7 +98,8 @@ def _tiled_split(num_tokens: int, n: int, k: int, num_sms: int, block_m: int, bl
     k_blocks = triton.cdiv(k, block_k)
     splits = max(1, min(MAX_SPLITS, num_sms // tiles, k_blocks // 2))
     per_split = triton.cdiv(k_blocks, splits)
-    return SplitConfig(block_m, block_n, block_k, triton.cdiv(k_blocks, per_split))
+    return SplitConfig(block_m, block_n, block_k, triton.cdiv(k_blocks, per_split),
+                       num_stages=5 if block_m == 64 else 4)  # SplitConfig.num_stages says why
 
 
 @triton.jit

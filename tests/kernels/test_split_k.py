@@ -37,7 +37,8 @@ def _close(got, want):
     (100, 96, 384, SplitConfig(64, 64, 64, 3)),  # partial row and column tiles, 2 K steps a split
     (64, 128, 320, SplitConfig(64, 64, 64, 2)),  # 5 K steps: the second split holds 2 of them
     (64, 128, 128, SplitConfig(64, 32, 128, 1)),  # no split
-    (128, 96, 768, SplitConfig(64, 32, 128, 2)),  # split_config's wide-K tiles: 3 steps of 128 a split
+    (128, 96, 768, SplitConfig(64, 32, 128, 2, num_stages=5)),  # split_config's wide-K tiles and 5 stages: 3 steps
+    # of 128 a split
     (100, 96, 1024, SplitConfig(128, 32, 128, 4)),  # 128-row tiles (split_config's at 65-128 tokens), given: a
     # partial row tile, 2 steps a split
     (64, 64, 256, SplitConfig(64, 64, 64, 8)),  # more splits asked than K steps: one step each, none empty
@@ -68,10 +69,11 @@ def test_split_config_fills_the_sms_with_no_empty_split(tokens, n, k):
 def test_split_config_splits_a_batch_of_one():
     """BERT-base's attention output at 1 x 128 tokens: 48 output tiles of 64 x 32 on 132 SMs, split 2 ways (3 steps of
     128 each). Where those tiles would not split K, 64 x 64 x 64 ones do: MiniLM-L6's attention output (K = 384, three
-    steps of 128; 12 tiles split 3 ways) and BERT-base's FFN output at 256 tokens (96 tiles of 64 x 32: one wave)."""
-    assert split_config(128, 768, 768, 132) == SplitConfig(64, 32, 128, 2)
-    assert split_config(128, 384, 384, 132) == SplitConfig(64, 64, 64, 3)
-    assert split_config(256, 768, 3072, 132) == SplitConfig(64, 64, 64, 2)
+    steps of 128; 12 tiles split 3 ways) and BERT-base's FFN output at 256 tokens (96 tiles of 64 x 32: one wave).
+    64-row tiles pipeline 5 stages deep, 128-row ones 4 (SplitConfig.num_stages)."""
+    assert split_config(128, 768, 768, 132) == SplitConfig(64, 32, 128, 2, num_stages=5)
+    assert split_config(128, 384, 384, 132) == SplitConfig(64, 64, 64, 3, num_stages=5)
+    assert split_config(256, 768, 3072, 132) == SplitConfig(64, 64, 64, 2, num_stages=5)
     assert split_config(4096, 768, 3072, 132).splits == 1  # 768 tiles: a full wave already
 
 
@@ -83,10 +85,10 @@ def test_split_config_takes_128_row_tiles_where_the_split_makes_up_for_them():
     assert split_config(128, 1024, 2048, 132) == SplitConfig(128, 32, 128, 4)
     assert split_config(128, 1024, 3072, 132) == SplitConfig(128, 32, 128, 4)
     assert split_config(128, 768, 3072, 132) == SplitConfig(128, 32, 128, 5)
-    assert split_config(128, 768, 768, 132) == SplitConfig(64, 32, 128, 2)
-    assert split_config(128, 384, 1536, 132) == SplitConfig(64, 32, 128, 4)
-    assert split_config(64, 1024, 2048, 132) == SplitConfig(64, 32, 128, 4)
-    assert split_config(16, 768, 3072, 132) == SplitConfig(64, 32, 128, 5)
+    assert split_config(128, 768, 768, 132) == SplitConfig(64, 32, 128, 2, num_stages=5)
+    assert split_config(128, 384, 1536, 132) == SplitConfig(64, 32, 128, 4, num_stages=5)
+    assert split_config(64, 1024, 2048, 132) == SplitConfig(64, 32, 128, 4, num_stages=5)
+    assert split_config(16, 768, 3072, 132) == SplitConfig(64, 32, 128, 5, num_stages=5)
 
 
 @pytest.mark.parametrize("bias", [True, False])
