@@ -8,8 +8,8 @@ cd "$(dirname "$0")/../../../.."
 . benchmarks/device_call.sh
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv,noheader >> $OUT/steps.log
 pytest_step engine 130 tests/kernels/test_gpu_engine.py -k "small_batches or double_buffered" tests/kernels/test_split_k.py
-(cd benchmarks && timeout $(left 400) python3 run.py --suites latency --models bert-base,qwen3-0.6b \
-  --out $OUT/run --budget-s $(left 390) > /tmp/logs/run.log 2>&1)
+(cd benchmarks && timeout $(left 380) python3 run.py --suites latency --models bert-base,qwen3-0.6b \
+  --out $OUT/run --budget-s $(left 370) > /tmp/logs/run.log 2>&1)
 el "run.py latency rc=$?"
 grep -E "^\|" $OUT/run/results.md 2>/dev/null | head -40 >> $OUT/steps.log
 pack_logs
