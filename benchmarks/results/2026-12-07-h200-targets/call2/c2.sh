@@ -8,7 +8,8 @@
 cd "$(dirname "$0")/../../../.."
 . benchmarks/device_call.sh
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv,noheader >> $OUT/steps.log
-pytest_step engine 100 tests/kernels/test_gpu_engine.py -k "small_batches or double_buffered" tests/kernels/test_split_k.py
+pytest_step engine 100 tests/kernels/test_gpu_engine.py -k "small_batches or double_buffered" \
+  tests/kernels/test_split_k.py
 (cd benchmarks && timeout $(left 230) python3 run.py --suites latency --models qwen3-0.6b,bert-base \
   --out $OUT/run --budget-s $(left 222) > /tmp/logs/run.log 2>&1)
 el "run.py latency rc=$?"
