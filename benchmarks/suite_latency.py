@@ -36,16 +36,19 @@ def prepare(task: dict) -> dict:
         peer = (TransformersPeer(folder, task["pooling"], device) if system == "transformers"
                 else SentenceTransformersPeer(folder, device))
         return {"calls": {system: lambda seqs: peer(seqs).numpy()}, "engine": None}
-    from embedpipe.kernels.batch import BucketPolicy, pack
     from embedpipe.kernels.engine import Engine, EngineConfig
     from embedpipe.kernels.graph_cache import GraphConfig
     engines = {"ours": Engine(EngineConfig(model=str(folder), device=device))}
     if device.startswith("cuda"):  # the CPU engine has no graphs to take away
         engines["ours-no-graphs"] = Engine(EngineConfig(model=str(folder), device=device,
                                                         graphs=GraphConfig(enabled=False)))
-    calls = {name: (lambda seqs, e=e: e.step(pack(seqs, BucketPolicy())).result().float().numpy())
-             for name, e in engines.items()}
-    return {"calls": calls, "engine": engines["ours"]}
+    return {"calls": {name: ours_call(e) for name, e in engines.items()}, "engine": engines["ours"]}
+
+
+def ours_call(engine):
+    """Our timed call: token ids in (packed inside the call), embeddings on the host out, as a float32 array."""
+    from embedpipe.kernels.batch import BucketPolicy, pack
+    return lambda seqs: engine.step(pack(seqs, BucketPolicy())).result().float().numpy()
 
 
 def measure(state: dict, task: dict) -> tuple[dict, dict]:

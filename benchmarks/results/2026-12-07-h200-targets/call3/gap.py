@@ -6,8 +6,9 @@ README). One configuration a process:
 `--second-engine`: an eager engine of the same model beside the timed one (run.py's "ours" worker holds one, its
 ours-no-graphs ablation); `--idle-peers N`: N processes holding a CUDA context and the model in transformers, asleep
 (run.py's peer workers wait so while ours runs). Series, in this order, each a p50 in ms:
-  suite_window  run.py's timed call in run.py's window: pack inside the call, result().float().numpy(), after 0.3 s
-                of warm matmuls and 5 untimed calls, until 200 calls or 0.2 s
+  suite_window  run.py's timed call (suite_latency.ours_call: pack inside the call, the result as a numpy array) in
+                run.py's window: after isolation.warm's matmuls and 5 untimed calls, Sizes' latency_iters calls or
+                measure_seconds
   step          latency_ab.py's: step(batch packed once).result(), 300 calls after 30
   suite_call    run.py's timed call, 300 calls after 30
   pack          pack() alone
@@ -27,7 +28,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # benchmarks/
 
-from common import cuda_ms, model_folder, random_sequences, time_calls, warm_gpu  # noqa: E402
+from common import cuda_ms, model_folder, random_sequences, time_calls  # noqa: E402
+from isolation import warm  # noqa: E402
+from sizes import Sizes  # noqa: E402
+from suite_latency import ours_call  # noqa: E402
 from embedpipe.kernels.batch import BucketPolicy, pack  # noqa: E402
 from embedpipe.kernels.engine import Engine, EngineConfig  # noqa: E402
 from embedpipe.kernels.graph_cache import GraphConfig  # noqa: E402
@@ -69,11 +73,13 @@ def measure(args, folder: Path) -> None:
                                  graphs=GraphConfig(enabled=False))) if args.second_engine else None)
     seqs = random_sequences(np.random.default_rng(0), 1, args.tokens)
     batch = pack(seqs, BucketPolicy())
-    suite = lambda: engine.step(pack(seqs, BucketPolicy())).result().float().numpy()
+    call = ours_call(engine)
+    suite = lambda: call(seqs)
     if other is not None:
         other.step(batch).result()  # loaded and run once, as the ablation is before its series
-    out = {"args": vars(args) | {"out": str(args.out)}, "clocks": warm_gpu(0.3)}
-    out["suite_window"] = statistics.median(time_calls(suite, 200, 5, 0.2, 20))
+    out = {"args": vars(args) | {"out": str(args.out)}, "clocks": warm("cuda")}
+    window = Sizes()  # the full preset's: suite_latency.measure's window for ours (5 untimed, at least 20 timed)
+    out["suite_window"] = statistics.median(time_calls(suite, window.latency_iters, 5, window.measure_seconds, 20))
     out["step"] = statistics.median(time_calls(lambda: engine.step(batch).result(), 300, 30))
     out["suite_call"] = statistics.median(time_calls(suite, 300, 30))
     out["pack"] = statistics.median(time_calls(lambda: pack(seqs, BucketPolicy()), 300, 30))
