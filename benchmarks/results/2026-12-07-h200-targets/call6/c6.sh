@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Device call 6 (issue 19): run.py's latency suite for the three batch-1 targets' models on one machine, with pack's
+# host cut (1 x 128: ~20 -> ~9 us on the CPU here): MiniLM (real weights), BERT-base, Qwen3-0.6B; ours against
+# transformers / sentence-transformers, fresh processes, GPU warmed, 3 rounds alternated, `embedpipe warmup` first.
+# Carry: .gpu-assets .gpu-lite (no wheels: the latency suite needs no faiss). Any card; the log names it. ~4 minutes.
+cd "$(dirname "$0")/../../../.."
+. benchmarks/device_call.sh
+nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv,noheader >> $OUT/steps.log
+(cd benchmarks && timeout $(left 420) python3 run.py --suites latency --models minilm,bert-base,qwen3-0.6b \
+  --out $OUT/run --budget-s 400 > /tmp/logs/run.log 2>&1)
+el "run.py latency rc=$?"
+tail -40 /tmp/logs/run.log >> $OUT/steps.log
+pack_logs
