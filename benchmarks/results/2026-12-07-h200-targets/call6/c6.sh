@@ -6,8 +6,8 @@
 cd "$(dirname "$0")/../../../.."
 . benchmarks/device_call.sh
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv,noheader >> $OUT/steps.log
-(cd benchmarks && timeout $(left 420) python3 run.py --suites latency --models minilm,bert-base,qwen3-0.6b \
-  --out $OUT/run --budget-s 400 > /tmp/logs/run.log 2>&1)
+(cd benchmarks && timeout $(left 330) python3 run.py --suites latency --models minilm,bert-base,qwen3-0.6b \
+  --out $OUT/run --budget-s 310 > /tmp/logs/run.log 2>&1)
 el "run.py latency rc=$?"
 tail -40 /tmp/logs/run.log >> $OUT/steps.log
 pack_logs
