@@ -151,7 +151,7 @@ def pack(sequences: Sequence[Sequence[int]], policy: BucketPolicy | None = None,
     if not sequences:
         raise ValueError("cannot pack an empty batch")
     # Python's len/sum/max on the lengths, not numpy's: a query's batch of one is packed in ~8 us, where numpy's
-    # per-call cost made it ~20 (pack is inside every batch-1 request of the Python API)
+    # per-call cost made it ~20 (TokenBudgetBatcher packs every batch of the server and of the Python API's encode)
     lengths = [len(s) for s in sequences]
     if min(lengths) == 0:
         raise ValueError("cannot pack an empty sequence")
